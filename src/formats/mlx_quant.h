@@ -1,0 +1,32 @@
+// Decoders for MLX-quantized matrices (FORMATS.md §2-3): affine, mxfp4, nvfp4, mxfp8.
+// Encoders (quantize + pack) come with `tq convert`.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "base/result.h"
+#include "formats/quant_spec.h"
+#include "tensor/dtype.h"
+
+namespace tq {
+
+// Code i of a little-endian bitstream of `bits`-wide codes (bits 2..8, any width).
+uint32_t unpack_code(const uint8_t* row, int64_t i, int bits);
+
+float e2m1_to_f32(uint8_t code);   // low 4 bits used
+float e4m3_to_f32(uint8_t code);   // MLX decoding: 0x7F decodes to 480
+float e8m0_to_f32(uint8_t code);   // 2^(E-127), E=0 -> 2^-127
+
+// Dequantizes an MLX-quantized matrix [rows, cols] into `out` (rows*cols floats).
+//   weight: U32 words, rows * (cols*bits/32) of them, as raw little-endian bytes
+//   scales: [rows, cols/group] of scale_dtype (F32/F16/BF16 for affine; U8 for fp modes)
+//   biases: [rows, cols/group] of scale_dtype (affine only; empty otherwise)
+// The result equals mx.dequantize bit for bit: for affine, each value is rounded to the
+// scales dtype exactly as MLX computes it, then widened to f32.
+Status dequantize_mlx(const QuantSpec& spec, int64_t rows, int64_t cols,
+                      std::span<const uint8_t> weight, DType scale_dtype,
+                      std::span<const uint8_t> scales, std::span<const uint8_t> biases,
+                      std::span<float> out);
+
+}  // namespace tq

@@ -1,0 +1,37 @@
+// A lazy source of named tensors that yields any tensor as f32, whatever its stored form.
+// Implemented for HF/MLX safetensors directories and for GGUF files (with HF names).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "formats/quant_spec.h"
+#include "tensor/tensor.h"
+
+namespace tq {
+
+struct TensorInfo {
+  std::string name;        // HF name, e.g. "model.layers.0.self_attn.q_proj.weight"
+  Shape shape;             // logical (dequantized) shape
+  std::string storage;     // how it is stored: "BF16", "F32", "Q4_1", "affine", "mxfp4", ...
+  DType stored_dtype = DType::kF32;  // dtype of float storage or of the scales (quantized)
+  std::optional<QuantSpec> mlx_quant;  // set for MLX-quantized tensors
+  uint64_t stored_bytes = 0;  // bytes on disk incl. MLX scales/biases that belong to it
+};
+
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  virtual const std::string& path() const = 0;
+  // Logical tensors, sorted by name. For MLX-quantized modules, "P.scales"/"P.biases" are
+  // folded into "P.weight" and not listed separately.
+  virtual const std::vector<TensorInfo>& tensors() const = 0;
+  virtual Result<FloatTensor> load_f32(const std::string& name) const = 0;
+
+  const TensorInfo* find(const std::string& name) const;
+};
+
+}  // namespace tq

@@ -1,0 +1,43 @@
+// Tokenizers from Hugging Face tokenizer.json: byte-level BPE (GPT-2, Llama-3, Qwen2/3,
+// SmolLM2) and SentencePiece-style BPE with byte fallback (Llama-2, Mistral).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+
+namespace tq {
+
+class Tokenizer {
+ public:
+  ~Tokenizer();
+  Tokenizer(Tokenizer&&) noexcept;
+  Tokenizer& operator=(Tokenizer&&) noexcept;
+
+  // `source` names the file in error messages.
+  static Result<Tokenizer> from_json(std::string_view json_text, const std::string& source);
+  static Result<Tokenizer> from_file(const std::string& tokenizer_json_path);
+
+  // add_special applies the post-processor (e.g. BOS for Llama-2), as tokenizers'
+  // encode(text, add_special_tokens=True).
+  std::vector<int32_t> encode(std::string_view text, bool add_special = false) const;
+  std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
+
+  int64_t vocab_size() const;  // including added tokens
+  std::optional<int32_t> token_to_id(std::string_view token) const;
+  std::string id_to_token(int32_t id) const;
+  bool is_special(int32_t id) const;
+
+ private:
+  Tokenizer();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tq
