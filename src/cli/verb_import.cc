@@ -24,20 +24,6 @@ struct ImportArgs {
   bool force = false;
 };
 
-// Quantized sources become f32 (no precision is lost); float sources keep their type.
-DType default_dtype(const GgufFile& f) {
-  bool bf16 = false, f16 = false;
-  for (const auto& t : f.tensors()) {
-    if (t.type_name == "BF16")
-      bf16 = true;
-    else if (t.type_name == "F16")
-      f16 = true;
-    else if (t.type_name != "F32")
-      return DType::kF32;
-  }
-  return bf16 ? DType::kBF16 : f16 ? DType::kF16 : DType::kF32;
-}
-
 Result<std::string> dump_json(const nlohmann::json& j, int indent, const std::string& name) {
   try {
     return j.dump(indent) + "\n";
@@ -51,7 +37,7 @@ Status run_import(const ImportArgs& a) {
   auto shared = std::make_shared<const GgufFile>(std::move(file));
   const GgufFile& f = *shared;
   TQ_TRY(auto src, GgufTensorSource::create(shared));
-  DType dtype = default_dtype(f);
+  DType dtype = gguf_default_dtype(f);
   if (a.dtype == "f32")
     dtype = DType::kF32;
   else if (a.dtype == "f16")

@@ -371,8 +371,10 @@ Result<GgufFile> GgufParser::run() {
       return err("{}: tensor '{}' offset {} is not a multiple of the alignment {}", path_, t.name,
                  t.offset, f.alignment_);
     if (t.offset > room || t.nbytes > room - t.offset)
-      return err("{}: tensor '{}' data [{}, +{}) runs past the end of the file", path_, t.name,
-                 data + t.offset, t.nbytes);
+      return err(
+          "{}: tensor '{}' data ({} bytes at offset {}) runs past the end of the file ({} "
+          "bytes)",
+          path_, t.name, t.nbytes, data + t.offset, b_.size());
     by_offset.push_back(&t);
   }
   std::sort(by_offset.begin(), by_offset.end(),

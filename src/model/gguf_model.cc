@@ -169,6 +169,20 @@ void unpermute_qk_rows(std::span<const float> in, std::span<float> out, int64_t 
       }
 }
 
+DType gguf_default_dtype(const GgufFile& f) {
+  bool bf16 = false, f16 = false;
+  for (const auto& t : f.tensors()) {
+    if (t.type_name == "BF16") {
+      bf16 = true;
+    } else if (t.type_name == "F16") {
+      f16 = true;
+    } else if (t.type_name != "F32") {
+      return DType::kF32;
+    }
+  }
+  return bf16 ? DType::kBF16 : f16 ? DType::kF16 : DType::kF32;
+}
+
 Result<GgufGeometry> gguf_geometry(const GgufFile& f) {
   GgufGeometry g;
   TQ_TRY(auto arch, f.get_string("general.architecture"));

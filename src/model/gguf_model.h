@@ -40,6 +40,10 @@ struct GgufGeometry {
 };
 Result<GgufGeometry> gguf_geometry(const GgufFile& f);
 
+// The dtype an import writes by default: f32 when any tensor is quantized (nothing is lost),
+// else the source's float type (bf16, else f16, else f32).
+DType gguf_default_dtype(const GgufFile& f);
+
 // config.json content (HF keys, mlx-lm compatible) for a model whose weights are written as
 // `dtype` (f32/f16/bf16). Unsupported architectures are one clear error naming them.
 Result<nlohmann::json> gguf_hf_config(const GgufFile& f, DType dtype);
@@ -51,6 +55,10 @@ std::optional<std::string> gguf_to_hf_name(std::string_view gguf_name);
 // rows = n_head * head_dim. HF row h*hd + s*hd/2 + j comes from GGUF row h*hd + 2j + s.
 void unpermute_qk_rows(std::span<const float> in, std::span<float> out, int64_t n_head,
                        int64_t rows, int64_t cols);
+
+struct ModelSource;
+// open_model() for GGUF paths (defined in gguf_model_source.cc; needs parse_model_config).
+Result<ModelSource> open_gguf_model_source(const std::string& path);
 
 class GgufTensorSource : public TensorSource {
  public:
