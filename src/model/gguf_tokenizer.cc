@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 namespace tq {
@@ -80,6 +81,47 @@ json added_token(int64_t id, std::string_view content, bool special) {
           {"rstrip", false}, {"normalized", false}, {"special", special}};
 }
 
+using MergeList = std::vector<std::pair<std::string_view, std::string_view>>;
+
+// SentencePiece BPE stores scores, not merges. Rebuild them as HF's converter does: every split
+// of a piece (at code point boundaries) into two vocabulary pieces, ranked by the piece's score,
+// best first; ties by longer left part, then longer right part, then vocabulary order.
+MergeList merges_from_scores(const std::vector<std::string_view>& tokens,
+                             const std::vector<double>& scores,
+                             const std::unordered_map<std::string_view, int64_t>& ids) {
+  struct Cand {
+    double score;
+    size_t len_l, len_r;
+    int64_t id_l, id_r;
+    std::string_view l, r;
+  };
+  std::vector<Cand> all;
+  for (size_t id = 0; id < tokens.size(); ++id) {
+    std::string_view t = tokens[id];
+    std::vector<size_t> cuts;  // byte offsets of code point starts after the first
+    for (size_t i = 1; i < t.size(); ++i)
+      if ((static_cast<unsigned char>(t[i]) & 0xC0) != 0x80) cuts.push_back(i);
+    std::vector<Cand> local;
+    for (size_t k = 0; k < cuts.size(); ++k) {
+      std::string_view l = t.substr(0, cuts[k]), r = t.substr(cuts[k]);
+      auto il = ids.find(l), ir = ids.find(r);
+      if (il == ids.end() || ir == ids.end()) continue;
+      local.push_back({scores[id], k + 1, cuts.size() - k, il->second, ir->second, l, r});
+    }
+    std::sort(local.begin(), local.end(), [](const Cand& a, const Cand& b) {
+      return std::pair(a.id_l, a.id_r) < std::pair(b.id_l, b.id_r);
+    });
+    all.insert(all.end(), local.begin(), local.end());
+  }
+  std::stable_sort(all.begin(), all.end(), [](const Cand& a, const Cand& b) {
+    return std::tuple(a.score, a.len_l, a.len_r) > std::tuple(b.score, b.len_l, b.len_r);
+  });
+  MergeList out;
+  out.reserve(all.size());
+  for (const auto& c : all) out.emplace_back(c.l, c.r);
+  return out;
+}
+
 }  // namespace
 
 Result<HfPreTokenizer> hf_pre_tokenizer(std::string_view pre, const std::string& path) {
@@ -119,11 +161,28 @@ Result<HfTokenizerFiles> gguf_hf_tokenizer(const GgufFile& f) {
   const std::string& path = f.path();
   TQ_TRY(auto model, f.get_string("tokenizer.ggml.model"));
   if (!model) return err("{}: no tokenizer (metadata 'tokenizer.ggml.model' missing)", path);
-  if (*model != "gpt2")
-    return err("{}: tokenizer model '{}' is not supported yet (only 'gpt2' byte-level BPE)", path,
-               *model);
-  TQ_TRY(auto pre, f.get_string("tokenizer.ggml.pre"));
-  TQ_TRY(HfPreTokenizer pt, hf_pre_tokenizer(pre.value_or("default"), path));
+  const bool spm = *model == "llama";  // SentencePiece BPE with byte fallback
+  if (!spm && *model != "gpt2")
+    return err(
+        "{}: tokenizer model '{}' is not supported yet (supported: 'gpt2' byte-level BPE, "
+        "'llama' SentencePiece BPE)",
+        path, *model);
+  HfPreTokenizer pt;
+  TQ_TRY(auto add_space_prefix, f.get_bool("tokenizer.ggml.add_space_prefix"));
+  if (spm) {
+    // llama.cpp: prefix one space (unless disabled), then spaces become U+2581.
+    json replace = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}};
+    pt.normalizer =
+        add_space_prefix.value_or(true)
+            ? json{{"type", "Sequence"},
+                   {"normalizers", {{{"type", "Prepend"}, {"prepend", "\u2581"}}, replace}}}
+            : replace;
+    pt.pre_tokenizer = nullptr;
+    pt.add_bos_default = true;
+  } else {
+    TQ_TRY(auto pre, f.get_string("tokenizer.ggml.pre"));
+    TQ_TRY(pt, hf_pre_tokenizer(pre.value_or("default"), path));
+  }
 
   TQ_TRY(auto tokens, f.get_string_array("tokenizer.ggml.tokens"));
   TQ_TRY(auto types, f.get_int_array("tokenizer.ggml.token_type"));
@@ -142,8 +201,8 @@ Result<HfTokenizerFiles> gguf_hf_tokenizer(const GgufFile& f) {
     if (!fresh) return err("{}: token {} '{}' repeats token {}", path, id, tokens[id], pos->second);
     vocab[std::string(tokens[id])] = id;
     int64_t type = types.empty() ? kNormal : types[id];
-    if (type == kControl || type == kUserDefined) {
-      bool special = type == kControl;
+    if (type == kControl || type == kUserDefined || type == kUnknown) {
+      bool special = type != kUserDefined;
       added.push_back(added_token(static_cast<int64_t>(id), tokens[id], special));
       json d = added.back();
       d.erase("id");
@@ -151,6 +210,14 @@ Result<HfTokenizerFiles> gguf_hf_tokenizer(const GgufFile& f) {
     }
   }
   json merge_pairs = json::array();
+  if (spm && merges.empty()) {
+    TQ_TRY(auto scores, f.get_float_array("tokenizer.ggml.scores"));
+    if (scores.size() != tokens.size())
+      return err("{}: tokenizer.ggml.scores has {} entries for {} tokens", path, scores.size(),
+                 tokens.size());
+    for (const auto& [l, r] : merges_from_scores(tokens, scores, seen))
+      merge_pairs.push_back({l, r});
+  }
   for (size_t k = 0; k < merges.size(); ++k) {
     auto sp = merges[k].find(' ');
     if (sp == std::string_view::npos || merges[k].find(' ', sp + 1) != std::string_view::npos)
@@ -180,7 +247,7 @@ Result<HfTokenizerFiles> gguf_hf_tokenizer(const GgufFile& f) {
   if (add_eos && !eos) return err("{}: add_eos_token is set but there is no EOS token", path);
 
   // Post-processor: byte-level offsets, plus BOS/EOS when llama.cpp would add them.
-  json post = byte_level(true, false, true);
+  json post = spm ? json(nullptr) : byte_level(true, false, true);
   if (add_bos || add_eos) {
     json single = json::array(), pair = json::array(), specials = json::object();
     auto special = [&](const std::pair<int64_t, std::string>& t, int type_id) {
@@ -195,13 +262,23 @@ Result<HfTokenizerFiles> gguf_hf_tokenizer(const GgufFile& f) {
         if (add_eos) seq.push_back(special(*eos, part));
       }
     }
-    post = {{"type", "Sequence"},
-            {"processors",
-             {byte_level(true, false, false),
-              {{"type", "TemplateProcessing"},
+    json tp = {{"type", "TemplateProcessing"},
                {"single", single},
                {"pair", pair},
-               {"special_tokens", specials}}}}};
+               {"special_tokens", specials}};
+    post =
+        spm ? tp : json{{"type", "Sequence"}, {"processors", {byte_level(true, false, true), tp}}};
+  }
+  json decoder = byte_level(true, true, true);
+  if (spm) {
+    decoder = {{"type", "Sequence"},
+               {"decoders",
+                {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                 {{"type", "ByteFallback"}},
+                 {{"type", "Fuse"}}}}};
+    if (add_space_prefix.value_or(true))
+      decoder["decoders"].push_back(
+          {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}});
   }
 
   HfTokenizerFiles out;
@@ -213,15 +290,15 @@ Result<HfTokenizerFiles> gguf_hf_tokenizer(const GgufFile& f) {
       {"normalizer", pt.normalizer},
       {"pre_tokenizer", pt.pre_tokenizer},
       {"post_processor", post},
-      {"decoder", byte_level(true, true, true)},
+      {"decoder", decoder},
       {"model",
        {{"type", "BPE"},
         {"dropout", nullptr},
-        {"unk_token", nullptr},
+        {"unk_token", spm && unk ? json(unk->second) : json(nullptr)},
         {"continuing_subword_prefix", nullptr},
         {"end_of_word_suffix", nullptr},
-        {"fuse_unk", false},
-        {"byte_fallback", false},
+        {"fuse_unk", spm},
+        {"byte_fallback", spm},
         {"ignore_merges", pt.ignore_merges},
         {"vocab", std::move(vocab)},
         {"merges", std::move(merge_pairs)}}},

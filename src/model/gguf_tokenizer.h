@@ -19,7 +19,8 @@ struct HfTokenizerFiles {
 };
 
 // Supports tokenizer.ggml.model "gpt2" (byte-level BPE) with the pre-tokenizers llama.cpp
-// names default, gpt-2, smollm (and its digit-splitting kin), llama-bpe/llama3, qwen2.
+// names default, gpt-2, smollm (and its digit-splitting kin), llama-bpe/llama3, qwen2; and
+// "llama" (SentencePiece BPE: merges rebuilt from the piece scores, byte fallback, "▁" spaces).
 // Other models or pre-tokenizers are one clear error naming them.
 Result<HfTokenizerFiles> gguf_hf_tokenizer(const GgufFile& f);
 

@@ -353,10 +353,16 @@ TEST(GgufTokenizer, RejectsWhatItCannotRebuild) {
   };
   EXPECT_EQ(msg(tiny_vocab("weird-pre")),
             "tiny.gguf: llama.cpp pre-tokenizer 'weird-pre' is not supported");
+  GgufBuilder t5;
+  t5.kv_str("tokenizer.ggml.model", "t5");
+  EXPECT_EQ(msg(t5),
+            "tiny.gguf: tokenizer model 't5' is not supported yet (supported: 'gpt2' byte-level "
+            "BPE, 'llama' SentencePiece BPE)");
   GgufBuilder spm;
   spm.kv_str("tokenizer.ggml.model", "llama");
-  EXPECT_EQ(msg(spm),
-            "tiny.gguf: tokenizer model 'llama' is not supported yet (only 'gpt2' byte-level BPE)");
+  spm.kv_str_array("tokenizer.ggml.tokens", {"a", "b"});
+  spm.kv_f32_array("tokenizer.ggml.scores", {0});
+  EXPECT_EQ(msg(spm), "tiny.gguf: tokenizer.ggml.scores has 1 entries for 2 tokens");
   GgufBuilder rep;
   rep.kv_str("tokenizer.ggml.model", "gpt2");
   rep.kv_str_array("tokenizer.ggml.tokens", {"a", "b", "a"});
@@ -372,6 +378,38 @@ TEST(GgufTokenizer, RejectsWhatItCannotRebuild) {
   bad_id.kv_u32("tokenizer.ggml.eos_token_id", 5);
   EXPECT_EQ(msg(bad_id),
             "tiny.gguf: tokenizer.ggml.eos_token_id = 5 is not a token id (vocabulary has 1)");
+}
+
+TEST(GgufTokenizer, SentencePieceMergesFromScores) {
+  GgufBuilder g;
+  g.kv_str("tokenizer.ggml.model", "llama");
+  // Pieces: "▁ab" can be made as "▁"+"ab" or "▁a"+"b"; "ab" outranks "▁a" by score.
+  g.kv_str_array("tokenizer.ggml.tokens",
+                 {"<unk>", "<s>", "</s>", "<0x0A>", "\xe2\x96\x81", "a", "b", "ab",
+                  "\xe2\x96\x81"
+                  "a",
+                  "\xe2\x96\x81"
+                  "ab"});
+  g.kv_f32_array("tokenizer.ggml.scores", {0, 0, 0, 0, -1, -2, -3, -4, -5, -6});
+  g.kv_i32_array("tokenizer.ggml.token_type", {2, 3, 3, 6, 1, 1, 1, 1, 1, 1});
+  g.kv_u32("tokenizer.ggml.unknown_token_id", 0);
+  g.kv_u32("tokenizer.ggml.bos_token_id", 1);
+  g.kv_u32("tokenizer.ggml.eos_token_id", 2);
+  Parsed p = parse(g);
+  auto r = gguf_hf_tokenizer(*p.file);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const auto& m = r->tokenizer["model"];
+  EXPECT_EQ(m["byte_fallback"], true);
+  EXPECT_EQ(m["fuse_unk"], true);
+  EXPECT_EQ(m["unk_token"], "<unk>");
+  // By merged-piece score: "ab" (-4), "▁a" (-5), then "▁ab" (-6): longer left part first.
+  EXPECT_EQ(m["merges"], nlohmann::json::parse(R"([["a","b"],["▁","a"],["▁a","b"],["▁","ab"]])"));
+  EXPECT_EQ(r->tokenizer["normalizer"]["normalizers"][0]["prepend"], "\xe2\x96\x81");
+  EXPECT_TRUE(r->tokenizer["pre_tokenizer"].is_null());
+  EXPECT_EQ(r->tokenizer["post_processor"]["type"], "TemplateProcessing");  // BOS by default
+  EXPECT_EQ(r->tokenizer["decoder"]["decoders"][1]["type"], "ByteFallback");
+  ASSERT_EQ(r->tokenizer["added_tokens"].size(), 3u);  // <unk>, <s>, </s>; not the byte token
+  EXPECT_EQ(r->tokenizer_config["add_bos_token"], true);
 }
 
 }  // namespace
