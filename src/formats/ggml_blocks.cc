@@ -44,14 +44,10 @@ inline float f16_at(const uint8_t* p) {
   return f16_to_f32(h);
 }
 
-// The exact product in double rounded once to f32: the f32 multiply numpy does, which can
-// never be fused with a following add/sub into an FMA.
-inline float mul_f32(float a, float b) {
-  return static_cast<float>(static_cast<double>(a) * static_cast<double>(b));
-}
-
 // Each decoder turns one block at `b` into block_elems floats at `y`. The arithmetic mirrors
-// gguf-py (all f32; scale products rounded before use).
+// gguf-py: f32 throughout, sub-block scales (d*sc) rounded before use. Every product that is
+// followed by an add or subtract is exact in f32 (an f16 times integers below 2^7), so FMA
+// contraction cannot change a result and none of it needs a barrier.
 
 // Q4_0: f16 d, 16 bytes of nibbles; element j<16 is the low nibble of byte j, j>=16 the high
 // nibble of byte j-16. y = d * (q - 8).
@@ -69,8 +65,8 @@ void block_q4_1(const uint8_t* b, float* y) {
   float d = f16_at(b), m = f16_at(b + 2);
   const uint8_t* qs = b + 4;
   for (int j = 0; j < 16; ++j) {
-    y[j] = mul_f32(d, static_cast<float>(qs[j] & 0xF)) + m;
-    y[j + 16] = mul_f32(d, static_cast<float>(qs[j] >> 4)) + m;
+    y[j] = d * static_cast<float>(qs[j] & 0xF) + m;
+    y[j + 16] = d * static_cast<float>(qs[j] >> 4) + m;
   }
 }
 
@@ -98,8 +94,8 @@ void block_q5_1(const uint8_t* b, float* y) {
   for (int j = 0; j < 16; ++j) {
     int lo = (qs[j] & 0xF) | high_bit(qh, j) << 4;
     int hi = (qs[j] >> 4) | high_bit(qh, j + 16) << 4;
-    y[j] = mul_f32(d, static_cast<float>(lo)) + m;
-    y[j + 16] = mul_f32(d, static_cast<float>(hi)) + m;
+    y[j] = d * static_cast<float>(lo) + m;
+    y[j + 16] = d * static_cast<float>(hi) + m;
   }
 }
 
@@ -123,10 +119,10 @@ void block_q2_k(const uint8_t* b, float* y) {
   float d = f16_at(b + 80), dmin = f16_at(b + 82);
   for (int i = 0; i < 16; ++i) {
     float dl = d * static_cast<float>(scales[i] & 0xF);
-    float ml = mul_f32(dmin, static_cast<float>(scales[i] >> 4));
+    float ml = dmin * static_cast<float>(scales[i] >> 4);
     for (int k = 0; k < 16; ++k) {
       int e = i * 16 + k;
-      y[e] = mul_f32(dl, static_cast<float>(crumb(qs, e))) - ml;
+      y[e] = dl * static_cast<float>(crumb(qs, e)) - ml;
     }
   }
 }
@@ -172,11 +168,11 @@ void block_q4_k(const uint8_t* b, float* y) {
     int sc, m;
     scale_min_k4(scales, i, &sc, &m);
     float dl = d * static_cast<float>(sc);
-    float ml = mul_f32(dmin, static_cast<float>(m));
+    float ml = dmin * static_cast<float>(m);
     const uint8_t* q = qs + 32 * (i / 2);
     int shift = 4 * (i % 2);
     for (int l = 0; l < 32; ++l)
-      y[i * 32 + l] = mul_f32(dl, static_cast<float>((q[l] >> shift) & 0xF)) - ml;
+      y[i * 32 + l] = dl * static_cast<float>((q[l] >> shift) & 0xF) - ml;
   }
 }
 
@@ -191,12 +187,12 @@ void block_q5_k(const uint8_t* b, float* y) {
     int sc, m;
     scale_min_k4(scales, i, &sc, &m);
     float dl = d * static_cast<float>(sc);
-    float ml = mul_f32(dmin, static_cast<float>(m));
+    float ml = dmin * static_cast<float>(m);
     const uint8_t* q = qs + 32 * (i / 2);
     int shift = 4 * (i % 2);
     for (int l = 0; l < 32; ++l) {
       int v = ((q[l] >> shift) & 0xF) | ((qh[l] >> i) & 1) << 4;
-      y[i * 32 + l] = mul_f32(dl, static_cast<float>(v)) - ml;
+      y[i * 32 + l] = dl * static_cast<float>(v) - ml;
     }
   }
 }

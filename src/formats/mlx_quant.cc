@@ -2,7 +2,6 @@
 
 #include <array>
 #include <bit>
-#include <cmath>
 #include <cstring>
 
 namespace tq {
@@ -36,22 +35,41 @@ constexpr std::array<float, 256> kE4M3 = make_e4m3_table();
 // Checked a*b for non-negative sizes; false on overflow.
 bool mul_size(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_overflow(a, b, out); }
 
-// f32 rounded to bf16 as MLX does it (round to nearest even; every NaN becomes 0x7FC0), widened.
+// f32 rounded to bf16 as MLX does it (round to nearest even; every NaN becomes 0x7FC0),
+// widened back to f32. Same as f32_to_bf16 but branch-free so loops vectorize.
 inline float round_bf16_mlx(float x) {
-  if (std::isnan(x)) return bf16_to_f32(0x7FC0);
-  return bf16_to_f32(f32_to_bf16(x));
+  uint32_t u = f32_to_bits(x);
+  uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1)) & 0xFFFF0000u;
+  return bits_to_f32((u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC00000u : r);
 }
 
-// f32 rounded to f16 as MLX's CPU float16 does it (NaN keeps only its sign: 0x7D00), widened.
+// f32 rounded to f16 as MLX's CPU float16 does it (RNE, overflow to inf; NaN keeps only its
+// sign: 0x7D00), widened back to f32. Equals f16_to_f32(f32_to_f16(x)) for non-NaN x.
 inline float round_f16_mlx(float x) {
-  if (std::isnan(x)) return f16_to_f32(std::signbit(x) ? 0xFD00 : 0x7D00);
-  return f16_to_f32(f32_to_f16(x));
+  uint32_t u = f32_to_bits(x), sign = u & 0x80000000u, a = u & 0x7FFFFFFFu;
+  if (a > 0x7F800000u) return bits_to_f32(sign | 0x7FA00000u);   // f16 0x7D00 widened
+  if (a >= 0x477FF000u) return bits_to_f32(sign | 0x7F800000u);  // >= 65520 rounds to inf
+  if (a < 0x38800000u) {  // f16 subnormal range: the f32 add rounds to the 2^-24 grid of 0.5f
+    float r = (bits_to_f32(a) + 0.5f) - 0.5f;
+    return bits_to_f32(sign | f32_to_bits(r));
+  }
+  return bits_to_f32(sign | ((a + 0xFFFu + ((a >> 13) & 1)) & 0xFFFFE000u));  // 11-bit RNE
 }
 
-// The exact product in double rounded once to f32: an f32 multiply that can never be fused
-// with the following add into an FMA (MLX rounds the product before adding the bias).
+// s*q rounded to f32 before the bias is added, as MLX's CPU path does. The empty asm makes
+// the product opaque so no compiler flag (-ffp-contract=fast, -march=native) can fuse it
+// with the add into an FMA, which would change the last bit.
 inline float mul_f32(float a, float b) {
-  return static_cast<float>(static_cast<double>(a) * static_cast<double>(b));
+  float p = a * b;
+#if defined(__x86_64__) || defined(__i386__)
+  asm("" : "+x"(p));
+#elif defined(__aarch64__)
+  asm("" : "+w"(p));
+#else
+  volatile float v = p;
+  p = v;
+#endif
+  return p;
 }
 
 float load_scale(DType t, const uint8_t* p) {
@@ -86,19 +104,30 @@ void unpack_group(const uint8_t* row, int64_t first, int n, int bits, uint8_t* c
   }
 }
 
-// ŵ = s*q + b in the scales dtype T, as MLX rounds it: round(round(s*q) + b).
+// ŵ = s*q + b in the scales dtype T, rounded as MLX does: round(round(s*q) + b).
 template <DType T>
-void affine_group(const uint8_t* codes, int n, float s, float b, float* out) {
-  for (int i = 0; i < n; ++i) {
-    float q = codes[i];
-    if constexpr (T == DType::kF32) {
-      out[i] = mul_f32(s, q) + b;
-    } else if constexpr (T == DType::kBF16) {
-      out[i] = round_bf16_mlx(round_bf16_mlx(s * q) + b);  // s*q is exact in f32
-    } else {
-      out[i] = round_f16_mlx(round_f16_mlx(s * q) + b);
-    }
+inline float affine_value(float s, float q, float b) {
+  if constexpr (T == DType::kF32) {
+    return mul_f32(s, q) + b;
+  } else if constexpr (T == DType::kBF16) {
+    return round_bf16_mlx(round_bf16_mlx(s * q) + b);  // s*q is exact in f32
+  } else {
+    return round_f16_mlx(round_f16_mlx(s * q) + b);
   }
+}
+
+// One group of n codes. With fewer distinct codes than elements, a table of the 2^bits
+// possible values is cheaper than rounding every element.
+template <DType T>
+void affine_group(const uint8_t* codes, int n, int bits, float s, float b, float* out) {
+  const int levels = 1 << bits;
+  if (levels <= 64 && levels < n) {
+    float lut[64];
+    for (int q = 0; q < levels; ++q) lut[q] = affine_value<T>(s, static_cast<float>(q), b);
+    for (int i = 0; i < n; ++i) out[i] = lut[codes[i]];
+    return;
+  }
+  for (int i = 0; i < n; ++i) out[i] = affine_value<T>(s, static_cast<float>(codes[i]), b);
 }
 
 bool scale_dtype_ok(QuantMode mode, DType t) {
@@ -181,11 +210,11 @@ Status dequantize_mlx(const QuantSpec& spec, int64_t rows, int64_t cols,
         float s = load_scale(scale_dtype, scales.data() + idx * ssize);
         float b = load_scale(scale_dtype, biases.data() + idx * ssize);
         if (scale_dtype == DType::kF32) {
-          affine_group<DType::kF32>(codes, g, s, b, o);
+          affine_group<DType::kF32>(codes, g, spec.bits, s, b, o);
         } else if (scale_dtype == DType::kBF16) {
-          affine_group<DType::kBF16>(codes, g, s, b, o);
+          affine_group<DType::kBF16>(codes, g, spec.bits, s, b, o);
         } else {
-          affine_group<DType::kF16>(codes, g, s, b, o);
+          affine_group<DType::kF16>(codes, g, spec.bits, s, b, o);
         }
         continue;
       }
