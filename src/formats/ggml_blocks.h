@@ -37,7 +37,7 @@ int64_t ggml_row_bytes(const GgmlTypeInfo& info, int64_t n);
 
 // Decodes n elements (a multiple of the block size) from `src` into `out`. src must hold
 // exactly ggml_row_bytes(n) bytes and out exactly n floats. The values equal gguf-py's
-// gguf.quants.dequantize bit for bit (same f32 operation order, no FMA).
+// gguf.quants.dequantize bit for bit (same f32 operation order).
 Status dequantize_ggml(uint32_t type_id, std::span<const uint8_t> src, int64_t n,
                        std::span<float> out);
 
