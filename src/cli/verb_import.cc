@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli/verb.h"
+#include "formats/ggml_blocks.h"
 #include "io/gguf.h"
 #include "io/safetensors.h"
 #include "io/staging_dir.h"
@@ -38,19 +39,49 @@ Status run_import(const ImportArgs& a) {
   const GgufFile& f = *shared;
   TQ_TRY(auto src, GgufTensorSource::create(shared));
   DType dtype = gguf_default_dtype(f);
-  if (a.dtype == "f32")
+  if (a.dtype == "f32") {
     dtype = DType::kF32;
-  else if (a.dtype == "f16")
+  } else if (a.dtype == "f16") {
     dtype = DType::kF16;
-  else if (a.dtype == "bf16")
+  } else if (a.dtype == "bf16") {
     dtype = DType::kBF16;
+  }
+  // Everything that can fail on the source's content fails before anything is written.
+  for (const auto& t : src->tensors()) {
+    const GgufTensorInfo* g = src->gguf_tensor(t.name);
+    auto info = ggml_type_info(g->type_id);
+    if (!info || !info->can_dequantize)
+      return err("{}: tensor '{}' has type {}, which tq cannot decode", a.gguf, g->name,
+                 g->type_name);
+  }
   TQ_TRY(nlohmann::json config, gguf_hf_config(f, dtype));
   TQ_TRY(HfTokenizerFiles tok, gguf_hf_tokenizer(f));
+  nlohmann::json meta = {{"tool", "tq"},
+                         {"version", TQ_VERSION},
+                         {"command", "import"},
+                         {"dtype", dtype_name(dtype)},
+                         {"source", {{"path", a.gguf}, {"gguf_version", f.version()}}}};
+  struct stat st;
+  if (::stat(a.gguf.c_str(), &st) == 0) meta["source"]["bytes"] = st.st_size;
+  TQ_TRY(auto name, f.get_string("general.name"));
+  if (name) meta["source"]["general.name"] = *name;
+  const std::pair<const char*, std::pair<const nlohmann::json*, int>> jsons[] = {
+      {"config.json", {&config, 4}},
+      {"tokenizer.json", {&tok.tokenizer, 2}},
+      {"tokenizer_config.json", {&tok.tokenizer_config, 2}},
+      {"special_tokens_map.json", {&tok.special_tokens_map, 2}},
+      {"generation_config.json", {&tok.generation_config, 2}},
+      {"tq_metadata.json", {&meta, 2}},
+  };
+  std::vector<std::pair<std::string, std::string>> texts;
+  for (const auto& [fname, what] : jsons) {
+    TQ_TRY(std::string text, dump_json(*what.first, what.second, a.gguf + ": " + fname));
+    texts.emplace_back(fname, std::move(text));
+  }
 
   TQ_TRY(StagingDir stage, StagingDir::create(a.out, a.force));
   std::fprintf(stderr, "tq import: %s -> %s (%zu tensors as %s)\n", a.gguf.c_str(), a.out.c_str(),
                src->tensors().size(), std::string(dtype_name(dtype)).c_str());
-
   std::vector<TensorDecl> decls;
   for (const auto& t : src->tensors()) decls.push_back({t.name, dtype, t.shape});
   TQ_TRY(auto writer, ShardedWriter::create(stage.path(), std::move(decls)));
@@ -69,30 +100,7 @@ Status run_import(const ImportArgs& a) {
                    shape_str(t->shape).c_str());
   }
   TQ_CHECK_OK(writer->finish());
-
-  nlohmann::json meta = {{"tool", "tq"},
-                         {"version", TQ_VERSION},
-                         {"command", "import"},
-                         {"source", {{"path", a.gguf}}},
-                         {"dtype", dtype_name(dtype)}};
-  struct stat st;
-  if (::stat(a.gguf.c_str(), &st) == 0) meta["source"]["bytes"] = st.st_size;
-  meta["source"]["gguf_version"] = f.version();
-  TQ_TRY(auto name, f.get_string("general.name"));
-  if (name) meta["source"]["general.name"] = *name;
-
-  const std::pair<const char*, std::pair<const nlohmann::json*, int>> files[] = {
-      {"config.json", {&config, 4}},
-      {"tokenizer.json", {&tok.tokenizer, 2}},
-      {"tokenizer_config.json", {&tok.tokenizer_config, 2}},
-      {"special_tokens_map.json", {&tok.special_tokens_map, 2}},
-      {"generation_config.json", {&tok.generation_config, 2}},
-      {"tq_metadata.json", {&meta, 2}},
-  };
-  for (const auto& [fname, what] : files) {
-    TQ_TRY(std::string text, dump_json(*what.first, what.second, a.gguf + ": " + fname));
-    TQ_CHECK_OK(stage.write_file(fname, text));
-  }
+  for (const auto& [fname, text] : texts) TQ_CHECK_OK(stage.write_file(fname, text));
   TQ_CHECK_OK(stage.publish());
   std::fprintf(stderr, "tq import: wrote %s\n", a.out.c_str());
   return ok_status();
