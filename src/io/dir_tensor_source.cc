@@ -130,7 +130,8 @@ Status DirTensorSource::build() {
     }
     claimed.insert(name);
     claimed.insert(p + ".weight");
-    logical.emplace(ti.name, std::make_pair(std::move(ti), parts));
+    std::string key = ti.name;
+    logical.emplace(std::move(key), std::make_pair(std::move(ti), parts));
   }
   for (const auto& [name, s] : stored_) {
     if (claimed.count(name)) continue;

@@ -10,9 +10,11 @@ Result<int> get_small_int(const nlohmann::json& j, const std::string& where,
                           const std::string& source) {
   if (!j.is_number_integer() && !j.is_number_unsigned())
     return err("{}: {} must be an integer, got {}", source, where, json_type_name(j));
-  if (!j.is_number_unsigned() || j.get<uint64_t>() > 1024)
-    return err("{}: {} = {} is out of range", source, where, j.dump());
-  return static_cast<int>(j.get<uint64_t>());
+  // Parsed text gives unsigned for n >= 0; values built in C++ may be signed.
+  bool in_range = j.is_number_unsigned() ? j.get<uint64_t>() <= 1024
+                                         : j.get<int64_t>() >= 0 && j.get<int64_t>() <= 1024;
+  if (!in_range) return err("{}: {} = {} is out of range", source, where, j.dump());
+  return static_cast<int>(j.get<int64_t>());
 }
 
 Result<QuantMode> get_mode(const nlohmann::json& j, const std::string& where,
