@@ -24,6 +24,7 @@ namespace {
 
 using json = nlohmann::json;
 constexpr int64_t kMaxDim = int64_t{1} << 24;  // keeps products of two sizes far from overflow
+constexpr int64_t kMaxLayers = 4096;
 
 // Typed accessors: an absent key or a JSON null reads as "not given"; a wrong type is an error.
 class Reader {
@@ -127,8 +128,8 @@ Result<std::optional<RopeScaling>> parse_rope_scaling(const json& o, const std::
   return std::optional<RopeScaling>(rs);
 }
 
-Status check_size(const std::string& source, const char* key, int64_t v) {
-  if (v <= 0 || v > kMaxDim) return err("{}: '{}' = {} is out of range", source, key, v);
+Status check_size(const std::string& source, const char* key, int64_t v, int64_t max = kMaxDim) {
+  if (v <= 0 || v > max) return err("{}: '{}' = {} is out of range", source, key, v);
   return ok_status();
 }
 
@@ -168,7 +169,7 @@ Result<ModelConfig> parse_model_config(const json& j, const std::string& source)
     TQ_TRY(c.num_key_value_heads, r.req_int("num_key_value_heads"));
   }
   TQ_CHECK_OK(check_size(source, "hidden_size", c.hidden_size));
-  TQ_CHECK_OK(check_size(source, "num_hidden_layers", c.num_hidden_layers));
+  TQ_CHECK_OK(check_size(source, "num_hidden_layers", c.num_hidden_layers, kMaxLayers));
   TQ_CHECK_OK(check_size(source, "intermediate_size", c.intermediate_size));
   TQ_CHECK_OK(check_size(source, "num_attention_heads", c.num_attention_heads));
   TQ_CHECK_OK(check_size(source, "num_key_value_heads", c.num_key_value_heads));
