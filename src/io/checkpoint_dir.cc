@@ -57,17 +57,17 @@ Status read_index(CheckpointDir& c, const std::string& index_path) {
   std::set<std::string> shards;
   for (const auto& [name, file] : wm->items()) {
     if (!file.is_string())
-      return err("{}: weight_map['{}'] must be a file name string", index_path, name);
+      return err("{}: weight_map['{}'] must be a file name string", index_path, printable(name));
     const std::string& f = file.get_ref<const std::string&>();
     if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
       return err("{}: weight_map['{}'] = '{}' is not a file name in the directory", index_path,
-                 name, f);
+                 printable(name), printable(f));
     c.weight_map.emplace(name, f);
     shards.insert(f);
   }
   for (const auto& f : shards) {
     if (!is_regular(fs::path(c.dir) / f))
-      return err("{}: shard '{}' referenced by the index does not exist", index_path, f);
+      return err("{}: shard '{}' referenced by the index does not exist", index_path, printable(f));
   }
   c.shard_files.assign(shards.begin(), shards.end());
   // mlx-lm ignores the index and globs model*.safetensors: strays would be loaded too.

@@ -5,6 +5,7 @@
 
 #include "formats/mlx_quant.h"
 #include "io/checkpoint_dir.h"
+#include "io/json_parse.h"
 
 namespace tq {
 
@@ -59,7 +60,8 @@ Status DirTensorSource::build() {
   if (c.has_index) {
     for (const auto& [name, file] : c.weight_map)
       if (!stored_.count(name))
-        return err("{}: tensor '{}' listed in model.safetensors.index.json is missing", file, name);
+        return err("{}: tensor '{}' listed in model.safetensors.index.json is missing",
+                   printable((fs::path(c.dir) / file).string()), printable(name));
   }
   auto fpath = [&](const Stored& s) -> const std::string& { return files_[s.file].path(); };
 

@@ -18,6 +18,18 @@ struct JsonAbort {
 };
 }  // namespace
 
+std::string printable(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    unsigned char u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f)
+      out += fmt::format("\\x{:02x}", u);
+    else
+      out += c;
+  }
+  return out;
+}
+
 Result<nlohmann::json> parse_json(std::string_view text, const std::string& source,
                                   JsonParseOptions opts) {
   using json = nlohmann::json;
@@ -48,11 +60,11 @@ Result<nlohmann::json> parse_json(std::string_view text, const std::string& sour
     return json::parse(text.begin(), text.end(), cb, /*allow_exceptions=*/true,
                        /*ignore_comments=*/false);
   } catch (const JsonAbort& a) {
-    return err("{}: {}", source, a.message);
+    return err("{}: {}", source, printable(a.message));
   } catch (const json::exception& e) {
-    return err("{}: invalid JSON: {}", source, e.what());
+    return err("{}: invalid JSON: {}", source, printable(e.what()));
   } catch (const std::exception& e) {
-    return err("{}: cannot parse JSON: {}", source, e.what());
+    return err("{}: cannot parse JSON: {}", source, printable(e.what()));
   }
 }
 

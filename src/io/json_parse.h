@@ -23,6 +23,9 @@ Result<nlohmann::json> read_json_file(const std::string& path, JsonParseOptions 
 // Reads a whole regular file into memory.
 Result<std::string> read_text_file(const std::string& path);
 
+// `s` with control characters escaped (\x0a), so that error messages stay one line.
+std::string printable(std::string_view s);
+
 // "string", "number", "object", ... for error messages.
 std::string_view json_type_name(const nlohmann::json& j);
 

@@ -24,7 +24,7 @@ Result<QuantMode> get_mode(const nlohmann::json& j, const std::string& where,
   auto m = quant_mode_from_name(j.get_ref<const std::string&>());
   if (!m)
     return err("{}: {} '{}' is not one of affine, mxfp4, nvfp4, mxfp8", source, where,
-               j.get_ref<const std::string&>());
+               printable(j.get_ref<const std::string&>()));
   return *m;
 }
 
@@ -44,7 +44,7 @@ Result<QuantSpec> parse_module_spec(const nlohmann::json& d, const std::string& 
       TQ_TRY(s.group_size, get_small_int(v, where + ".group_size", source));
     } else if (k != "mode" && k != "quantize_input") {
       return err("{}: {} has unknown key '{}' (mlx-lm accepts group_size, bits, mode)", source,
-                 where, k);
+                 where, printable(k));
     }
   }
   Status st = validate_quant_spec(s);
@@ -98,7 +98,7 @@ Result<std::optional<QuantizationConfig>> parse_quantization_config(const nlohma
   if (!st.ok()) return err("{}: {}: {}", source, key, st.error().message);
 
   for (const auto& [k, v] : q->items()) {
-    std::string where = fmt::format("{}[\"{}\"]", key, k);
+    std::string where = fmt::format("{}[\"{}\"]", key, printable(k));
     if (v.is_object()) {
       TQ_TRY(QuantSpec s, parse_module_spec(v, where, source));
       qc.modules[k] = s;

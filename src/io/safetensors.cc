@@ -26,7 +26,7 @@ Result<SafetensorsEntry> parse_entry(const std::string& path, const std::string&
     return err("{}: tensor '{}': dtype must be a string, got {}", path, name, json_type_name(*dt));
   const std::string& dname = dt->get_ref<const std::string&>();
   auto dtype = dtype_from_name(dname);
-  if (!dtype) return err("{}: tensor '{}': unknown dtype '{}'", path, name, dname);
+  if (!dtype) return err("{}: tensor '{}': unknown dtype '{}'", path, name, printable(dname));
 
   SafetensorsEntry e;
   e.name = name;
@@ -90,12 +90,15 @@ Result<SafetensorsHeader> parse_safetensors(std::span<const uint8_t> file,
       if (!v.is_object()) return err("{}: __metadata__ must be an object", path);
       for (const auto& [mk, mv] : v.items()) {
         if (!mv.is_string())
-          return err("{}: __metadata__ value of '{}' must be a string, got {}", path, mk,
+          return err("{}: __metadata__ value of '{}' must be a string, got {}", path, printable(mk),
                      json_type_name(mv));
         h.metadata.emplace(mk, mv.get<std::string>());
       }
       continue;
     }
+    for (char c : key)
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
+        return err("{}: a tensor name contains control characters", path);
     TQ_TRY(SafetensorsEntry e, parse_entry(path, key, v));
     h.entries.push_back(std::move(e));
   }

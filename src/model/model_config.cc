@@ -104,7 +104,8 @@ Result<std::optional<RopeScaling>> parse_rope_scaling(const json& o, const std::
   }
   RopeScaling rs;
   rs.type = type.value_or("default");
-  if (!known_rope_type(rs.type)) return err("{}: unsupported {} type '{}'", source, key, rs.type);
+  if (!known_rope_type(rs.type))
+    return err("{}: unsupported {} type '{}'", source, key, printable(rs.type));
   if (rs.type == "default") return std::optional<RopeScaling>();
   TQ_TRY(auto factor, r.opt_num("factor"));
   if (!factor && (rs.type == "linear" || rs.type == "llama3"))
@@ -150,7 +151,7 @@ Result<ModelConfig> parse_model_config(const json& j, const std::string& source)
     c.family = Family::kQwen3;
   } else {
     return err("{}: unsupported model_type '{}' (supported: llama, mistral, qwen2, qwen3)", source,
-               c.model_type);
+               printable(c.model_type));
   }
   const bool llama = c.family == Family::kLlama;
   const bool qwen2 = c.family == Family::kQwen2;

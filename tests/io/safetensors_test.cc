@@ -100,6 +100,18 @@ TEST(SafetensorsReader, RejectsBadHeaderJson) {
       contains(parse_error(raw_safetensors(R"({"x":{"a":[[[[[1]]]]]}})", "")), "nested deeper"));
 }
 
+TEST(SafetensorsReader, ErrorsStayOnOneLine) {
+  for (const std::string& h :
+       {std::string("{\n\"x\":\n\n}"), std::string(R"({"a\nb":{}})"),
+        std::string(R"({"x":{"dtype":"F\n4","shape":[],"data_offsets":[0,0]}})"),
+        std::string(R"({"__metadata__":{"a\nb":1}})")}) {
+    std::string e = parse_error(raw_safetensors(h, ""));
+    EXPECT_NE(e, "");
+    EXPECT_EQ(e.find('\n'), std::string::npos) << e;
+  }
+  EXPECT_TRUE(contains(parse_error(raw_safetensors(R"({"a\u0007":{}})", "")), "control"));
+}
+
 TEST(SafetensorsReader, RejectsDuplicateKeys) {
   std::string e = R"("x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
   EXPECT_TRUE(contains(parse_error(raw_safetensors("{" + e + "," + e + "}", f32_bytes({1}))),
