@@ -39,9 +39,10 @@ bool is_regular(const fs::path& p) {
 Result<std::vector<std::string>> list_safetensors(const std::string& dir) {
   std::vector<std::string> out;
   std::error_code ec;
-  for (const auto& de : fs::directory_iterator(dir, ec)) {
-    std::string n = de.path().filename().string();
-    if (!n.empty() && n[0] != '.' && ends_with(n, ".safetensors") && is_regular(de.path()))
+  // increment(ec) rather than range-for: the throwing operator++ must not escape the library.
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string n = it->path().filename().string();
+    if (!n.empty() && n[0] != '.' && ends_with(n, ".safetensors") && is_regular(it->path()))
       out.push_back(n);
   }
   if (ec) return err("{}: cannot list directory: {}", dir, ec.message());

@@ -91,8 +91,8 @@ Result<std::unique_ptr<ShardedWriter>> ShardedWriter::create(const std::string& 
   fs::create_directories(dir, ec);
   if (ec) return err("{}: cannot create directory: {}", dir, ec.message());
   // Refuse to mix with an existing checkpoint: a loader would glob its shards together with ours.
-  for (const auto& de : fs::directory_iterator(dir, ec)) {
-    std::string n = de.path().filename().string();
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    std::string n = it->path().filename().string();
     if (is_model_shard_name(n) || n == kIndexName)
       return err("{}: already contains '{}'; write into an empty directory", dir, n);
   }

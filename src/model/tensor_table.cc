@@ -10,212 +10,95 @@ namespace tq {
 namespace {
 
 using R = TensorRole;
-using S = Space;
-using Side = ResidualSide;
 constexpr std::optional<TensorRole> kNoNorm = std::nullopt;
+constexpr When kAll = When::kAlways, kAttnB = When::kAttentionBias, kMlpB = When::kMlpBias,
+               kUntie = When::kUntied, kIgn = When::kIgnored;
+constexpr ResidualSide kRd = ResidualSide::kReads, kWr = ResidualSide::kWrites,
+                       kNoSd = ResidualSide::kNone;
+constexpr Space kRes = Space::kResidual, kVal = Space::kHeadValue, kNo = Space::kNone;
 
-constexpr Dim kVocabHidden[] = {Dim::kVocab, Dim::kHidden};
-constexpr Dim kQHidden[] = {Dim::kQDim, Dim::kHidden};
-constexpr Dim kKvHidden[] = {Dim::kKvDim, Dim::kHidden};
-constexpr Dim kHiddenQ[] = {Dim::kHidden, Dim::kQDim};
-constexpr Dim kInterHidden[] = {Dim::kIntermediate, Dim::kHidden};
-constexpr Dim kHiddenInter[] = {Dim::kHidden, Dim::kIntermediate};
-constexpr Dim kHidden[] = {Dim::kHidden};
+// Shapes: [rows, cols] for matrices, [n] for vectors (V vocab, H hidden, Q heads*head_dim,
+// Kv kv_heads*head_dim, I intermediate, Hd head_dim).
+constexpr Dim kVH[] = {Dim::kVocab, Dim::kHidden};
+constexpr Dim kQH[] = {Dim::kQDim, Dim::kHidden};
+constexpr Dim kKvH[] = {Dim::kKvDim, Dim::kHidden};
+constexpr Dim kHQ[] = {Dim::kHidden, Dim::kQDim};
+constexpr Dim kIH[] = {Dim::kIntermediate, Dim::kHidden};
+constexpr Dim kHI[] = {Dim::kHidden, Dim::kIntermediate};
+constexpr Dim kH[] = {Dim::kHidden};
 constexpr Dim kQ[] = {Dim::kQDim};
 constexpr Dim kKv[] = {Dim::kKvDim};
-constexpr Dim kInter[] = {Dim::kIntermediate};
-constexpr Dim kHead[] = {Dim::kHeadDim};
+constexpr Dim kI[] = {Dim::kIntermediate};
+constexpr Dim kHd[] = {Dim::kHeadDim};
 constexpr std::span<const Dim> kNoDims;
 
-// Rows shared by the families; each table below lists the ones it has, in model order.
-#define TQ_L "model.layers.{L}."
-constexpr TensorKind kEmbedRow = {"model.embed_tokens.weight",
-                                  R::kEmbed,
-                                  kVocabHidden,
-                                  When::kAlways,
-                                  Side::kWrites,
-                                  S::kNone,
-                                  S::kResidual,
-                                  kNoNorm,
-                                  true};
-constexpr TensorKind kNormAttnRow = {TQ_L "input_layernorm.weight",
-                                     R::kNormAttn,
-                                     kHidden,
-                                     When::kAlways,
-                                     Side::kNone,
-                                     S::kResidual,
-                                     S::kNone,
-                                     kNoNorm,
-                                     false};
-constexpr TensorKind kQRow = {TQ_L "self_attn.q_proj.weight",
-                              R::kAttnQ,
-                              kQHidden,
-                              When::kAlways,
-                              Side::kReads,
-                              S::kNone,
-                              S::kResidual,
-                              R::kNormAttn,
-                              true};
-constexpr TensorKind kKRow = {TQ_L "self_attn.k_proj.weight",
-                              R::kAttnK,
-                              kKvHidden,
-                              When::kAlways,
-                              Side::kReads,
-                              S::kNone,
-                              S::kResidual,
-                              R::kNormAttn,
-                              true};
-constexpr TensorKind kVRow = {TQ_L "self_attn.v_proj.weight",
-                              R::kAttnV,
-                              kKvHidden,
-                              When::kAlways,
-                              Side::kReads,
-                              S::kHeadValue,
-                              S::kResidual,
-                              R::kNormAttn,
-                              true};
-constexpr TensorKind kORow = {TQ_L "self_attn.o_proj.weight",
-                              R::kAttnO,
-                              kHiddenQ,
-                              When::kAlways,
-                              Side::kWrites,
-                              S::kResidual,
-                              S::kHeadValue,
-                              kNoNorm,
-                              true};
-constexpr TensorKind kQNormRow = {TQ_L "self_attn.q_norm.weight",
-                                  R::kQNorm,
-                                  kHead,
-                                  When::kAlways,
-                                  Side::kNone,
-                                  S::kNone,
-                                  S::kNone,
-                                  kNoNorm,
-                                  false};
-constexpr TensorKind kKNormRow = {TQ_L "self_attn.k_norm.weight",
-                                  R::kKNorm,
-                                  kHead,
-                                  When::kAlways,
-                                  Side::kNone,
-                                  S::kNone,
-                                  S::kNone,
-                                  kNoNorm,
-                                  false};
-constexpr TensorKind kNormMlpRow = {TQ_L "post_attention_layernorm.weight",
-                                    R::kNormMlp,
-                                    kHidden,
-                                    When::kAlways,
-                                    Side::kNone,
-                                    S::kResidual,
-                                    S::kNone,
-                                    kNoNorm,
-                                    false};
-constexpr TensorKind kGateRow = {TQ_L "mlp.gate_proj.weight",
-                                 R::kMlpGate,
-                                 kInterHidden,
-                                 When::kAlways,
-                                 Side::kReads,
-                                 S::kNone,
-                                 S::kResidual,
-                                 R::kNormMlp,
-                                 true};
-constexpr TensorKind kUpRow = {TQ_L "mlp.up_proj.weight",
-                               R::kMlpUp,
-                               kInterHidden,
-                               When::kAlways,
-                               Side::kReads,
-                               S::kNone,
-                               S::kResidual,
-                               R::kNormMlp,
-                               true};
-constexpr TensorKind kDownRow = {TQ_L "mlp.down_proj.weight",
-                                 R::kMlpDown,
-                                 kHiddenInter,
-                                 When::kAlways,
-                                 Side::kWrites,
-                                 S::kResidual,
-                                 S::kNone,
-                                 kNoNorm,
-                                 true};
-constexpr TensorKind kInvFreqRow = {TQ_L "self_attn.rotary_emb.inv_freq",
-                                    R::kRopeInvFreq,
-                                    kNoDims,
-                                    When::kIgnored,
-                                    Side::kNone,
-                                    S::kNone,
-                                    S::kNone,
-                                    kNoNorm,
-                                    false};
-constexpr TensorKind kNormFinalRow = {
-    "model.norm.weight", R::kNormFinal, kHidden, When::kAlways, Side::kNone,
-    S::kResidual,        S::kNone,      kNoNorm, false};
-constexpr TensorKind kLmHeadRow = {"lm_head.weight", R::kLmHead,    kVocabHidden,
-                                   When::kUntied,    Side::kReads,  S::kNone,
-                                   S::kResidual,     R::kNormFinal, true};
-
-// Linear biases: [out], in the space of the matrix's rows.
-constexpr TensorKind bias_row(std::string_view pattern, R role, std::span<const Dim> d, When w,
-                              Side side, Space row) {
-  return {pattern, role, d, w, side, row, S::kNone, kNoNorm, false};
-}
-
+// One table per family, in model order. Columns: name pattern ("{L}" = layer), role, shape,
+// when present, residual side, row space, column space, norm feeding the input, quantizable.
+// clang-format off
+#define L "model.layers.{L}."
 constexpr TensorKind kLlamaTable[] = {
-    kEmbedRow,
-    kNormAttnRow,
-    kQRow,
-    bias_row(TQ_L "self_attn.q_proj.bias", R::kAttnQBias, kQ, When::kAttentionBias, Side::kNone,
-             S::kNone),
-    kKRow,
-    bias_row(TQ_L "self_attn.k_proj.bias", R::kAttnKBias, kKv, When::kAttentionBias, Side::kNone,
-             S::kNone),
-    kVRow,
-    bias_row(TQ_L "self_attn.v_proj.bias", R::kAttnVBias, kKv, When::kAttentionBias, Side::kNone,
-             S::kHeadValue),
-    kORow,
-    bias_row(TQ_L "self_attn.o_proj.bias", R::kAttnOBias, kHidden, When::kAttentionBias,
-             Side::kWrites, S::kResidual),
-    kNormMlpRow,
-    kGateRow,
-    bias_row(TQ_L "mlp.gate_proj.bias", R::kMlpGateBias, kInter, When::kMlpBias, Side::kNone,
-             S::kNone),
-    kUpRow,
-    bias_row(TQ_L "mlp.up_proj.bias", R::kMlpUpBias, kInter, When::kMlpBias, Side::kNone, S::kNone),
-    kDownRow,
-    bias_row(TQ_L "mlp.down_proj.bias", R::kMlpDownBias, kHidden, When::kMlpBias, Side::kWrites,
-             S::kResidual),
-    kInvFreqRow,
-    kNormFinalRow,
-    kLmHeadRow,
+  {"model.embed_tokens.weight",         R::kEmbed,       kVH,     kAll,   kWr,   kNo,  kRes, kNoNorm,       true},
+  {L "input_layernorm.weight",          R::kNormAttn,    kH,      kAll,   kNoSd, kRes, kNo,  kNoNorm,       false},
+  {L "self_attn.q_proj.weight",         R::kAttnQ,       kQH,     kAll,   kRd,   kNo,  kRes, R::kNormAttn,  true},
+  {L "self_attn.q_proj.bias",           R::kAttnQBias,   kQ,      kAttnB, kNoSd, kNo,  kNo,  kNoNorm,       false},
+  {L "self_attn.k_proj.weight",         R::kAttnK,       kKvH,    kAll,   kRd,   kNo,  kRes, R::kNormAttn,  true},
+  {L "self_attn.k_proj.bias",           R::kAttnKBias,   kKv,     kAttnB, kNoSd, kNo,  kNo,  kNoNorm,       false},
+  {L "self_attn.v_proj.weight",         R::kAttnV,       kKvH,    kAll,   kRd,   kVal, kRes, R::kNormAttn,  true},
+  {L "self_attn.v_proj.bias",           R::kAttnVBias,   kKv,     kAttnB, kNoSd, kVal, kNo,  kNoNorm,       false},
+  {L "self_attn.o_proj.weight",         R::kAttnO,       kHQ,     kAll,   kWr,   kRes, kVal, kNoNorm,       true},
+  {L "self_attn.o_proj.bias",           R::kAttnOBias,   kH,      kAttnB, kWr,   kRes, kNo,  kNoNorm,       false},
+  {L "self_attn.rotary_emb.inv_freq",   R::kRopeInvFreq, kNoDims, kIgn,   kNoSd, kNo,  kNo,  kNoNorm,       false},
+  {L "post_attention_layernorm.weight", R::kNormMlp,     kH,      kAll,   kNoSd, kRes, kNo,  kNoNorm,       false},
+  {L "mlp.gate_proj.weight",            R::kMlpGate,     kIH,     kAll,   kRd,   kNo,  kRes, R::kNormMlp,   true},
+  {L "mlp.gate_proj.bias",              R::kMlpGateBias, kI,      kMlpB,  kNoSd, kNo,  kNo,  kNoNorm,       false},
+  {L "mlp.up_proj.weight",              R::kMlpUp,       kIH,     kAll,   kRd,   kNo,  kRes, R::kNormMlp,   true},
+  {L "mlp.up_proj.bias",                R::kMlpUpBias,   kI,      kMlpB,  kNoSd, kNo,  kNo,  kNoNorm,       false},
+  {L "mlp.down_proj.weight",            R::kMlpDown,     kHI,     kAll,   kWr,   kRes, kNo,  kNoNorm,       true},
+  {L "mlp.down_proj.bias",              R::kMlpDownBias, kH,      kMlpB,  kWr,   kRes, kNo,  kNoNorm,       false},
+  {"model.norm.weight",                 R::kNormFinal,   kH,      kAll,   kNoSd, kRes, kNo,  kNoNorm,       false},
+  {"lm_head.weight",                    R::kLmHead,      kVH,     kUntie, kRd,   kNo,  kRes, R::kNormFinal, true},
 };
 
 // Qwen2: q/k/v always biased; o_proj and the MLP never.
 constexpr TensorKind kQwen2Table[] = {
-    kEmbedRow,
-    kNormAttnRow,
-    kQRow,
-    bias_row(TQ_L "self_attn.q_proj.bias", R::kAttnQBias, kQ, When::kAlways, Side::kNone, S::kNone),
-    kKRow,
-    bias_row(TQ_L "self_attn.k_proj.bias", R::kAttnKBias, kKv, When::kAlways, Side::kNone,
-             S::kNone),
-    kVRow,
-    bias_row(TQ_L "self_attn.v_proj.bias", R::kAttnVBias, kKv, When::kAlways, Side::kNone,
-             S::kHeadValue),
-    kORow,
-    kNormMlpRow,
-    kGateRow,
-    kUpRow,
-    kDownRow,
-    kInvFreqRow,
-    kNormFinalRow,
-    kLmHeadRow,
+  {"model.embed_tokens.weight",         R::kEmbed,       kVH,     kAll,   kWr,   kNo,  kRes, kNoNorm,       true},
+  {L "input_layernorm.weight",          R::kNormAttn,    kH,      kAll,   kNoSd, kRes, kNo,  kNoNorm,       false},
+  {L "self_attn.q_proj.weight",         R::kAttnQ,       kQH,     kAll,   kRd,   kNo,  kRes, R::kNormAttn,  true},
+  {L "self_attn.q_proj.bias",           R::kAttnQBias,   kQ,      kAll,   kNoSd, kNo,  kNo,  kNoNorm,       false},
+  {L "self_attn.k_proj.weight",         R::kAttnK,       kKvH,    kAll,   kRd,   kNo,  kRes, R::kNormAttn,  true},
+  {L "self_attn.k_proj.bias",           R::kAttnKBias,   kKv,     kAll,   kNoSd, kNo,  kNo,  kNoNorm,       false},
+  {L "self_attn.v_proj.weight",         R::kAttnV,       kKvH,    kAll,   kRd,   kVal, kRes, R::kNormAttn,  true},
+  {L "self_attn.v_proj.bias",           R::kAttnVBias,   kKv,     kAll,   kNoSd, kVal, kNo,  kNoNorm,       false},
+  {L "self_attn.o_proj.weight",         R::kAttnO,       kHQ,     kAll,   kWr,   kRes, kVal, kNoNorm,       true},
+  {L "self_attn.rotary_emb.inv_freq",   R::kRopeInvFreq, kNoDims, kIgn,   kNoSd, kNo,  kNo,  kNoNorm,       false},
+  {L "post_attention_layernorm.weight", R::kNormMlp,     kH,      kAll,   kNoSd, kRes, kNo,  kNoNorm,       false},
+  {L "mlp.gate_proj.weight",            R::kMlpGate,     kIH,     kAll,   kRd,   kNo,  kRes, R::kNormMlp,   true},
+  {L "mlp.up_proj.weight",              R::kMlpUp,       kIH,     kAll,   kRd,   kNo,  kRes, R::kNormMlp,   true},
+  {L "mlp.down_proj.weight",            R::kMlpDown,     kHI,     kAll,   kWr,   kRes, kNo,  kNoNorm,       true},
+  {"model.norm.weight",                 R::kNormFinal,   kH,      kAll,   kNoSd, kRes, kNo,  kNoNorm,       false},
+  {"lm_head.weight",                    R::kLmHead,      kVH,     kUntie, kRd,   kNo,  kRes, R::kNormFinal, true},
 };
 
-// Qwen3: no biases; RMSNorm over head_dim on q and k before RoPE.
+// Qwen3: no biases; RMSNorm over head_dim on q and k (before RoPE).
 constexpr TensorKind kQwen3Table[] = {
-    kEmbedRow,   kNormAttnRow, kQRow,  kKRow,    kVRow,       kORow,         kQNormRow,  kKNormRow,
-    kNormMlpRow, kGateRow,     kUpRow, kDownRow, kInvFreqRow, kNormFinalRow, kLmHeadRow,
+  {"model.embed_tokens.weight",         R::kEmbed,       kVH,     kAll,   kWr,   kNo,  kRes, kNoNorm,       true},
+  {L "input_layernorm.weight",          R::kNormAttn,    kH,      kAll,   kNoSd, kRes, kNo,  kNoNorm,       false},
+  {L "self_attn.q_proj.weight",         R::kAttnQ,       kQH,     kAll,   kRd,   kNo,  kRes, R::kNormAttn,  true},
+  {L "self_attn.k_proj.weight",         R::kAttnK,       kKvH,    kAll,   kRd,   kNo,  kRes, R::kNormAttn,  true},
+  {L "self_attn.v_proj.weight",         R::kAttnV,       kKvH,    kAll,   kRd,   kVal, kRes, R::kNormAttn,  true},
+  {L "self_attn.o_proj.weight",         R::kAttnO,       kHQ,     kAll,   kWr,   kRes, kVal, kNoNorm,       true},
+  {L "self_attn.q_norm.weight",         R::kQNorm,       kHd,     kAll,   kNoSd, kNo,  kNo,  kNoNorm,       false},
+  {L "self_attn.k_norm.weight",         R::kKNorm,       kHd,     kAll,   kNoSd, kNo,  kNo,  kNoNorm,       false},
+  {L "self_attn.rotary_emb.inv_freq",   R::kRopeInvFreq, kNoDims, kIgn,   kNoSd, kNo,  kNo,  kNoNorm,       false},
+  {L "post_attention_layernorm.weight", R::kNormMlp,     kH,      kAll,   kNoSd, kRes, kNo,  kNoNorm,       false},
+  {L "mlp.gate_proj.weight",            R::kMlpGate,     kIH,     kAll,   kRd,   kNo,  kRes, R::kNormMlp,   true},
+  {L "mlp.up_proj.weight",              R::kMlpUp,       kIH,     kAll,   kRd,   kNo,  kRes, R::kNormMlp,   true},
+  {L "mlp.down_proj.weight",            R::kMlpDown,     kHI,     kAll,   kWr,   kRes, kNo,  kNoNorm,       true},
+  {"model.norm.weight",                 R::kNormFinal,   kH,      kAll,   kNoSd, kRes, kNo,  kNoNorm,       false},
+  {"lm_head.weight",                    R::kLmHead,      kVH,     kUntie, kRd,   kNo,  kRes, R::kNormFinal, true},
 };
-#undef TQ_L
+#undef L
+// clang-format on
 
 bool row_present(const TensorKind& k, const ModelConfig& c) {
   switch (k.when) {
