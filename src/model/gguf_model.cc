@@ -6,45 +6,48 @@
 #include <cstdlib>
 #include <numbers>
 
+#include "model/tensor_table.h"
+
 namespace tq {
 
 namespace {
 
 enum class QkRole : uint8_t { kNone, kQ, kK };
 
-// GGUF tensor name -> HF tensor name. Per-layer rows map "blk.N.<gguf>" to
-// "model.layers.N.<hf>"; the others map whole names.
+// GGUF tensor name -> tensor role; the HF name comes from the family's tensor table. Per-layer
+// rows match "blk.N.<gguf>", the others whole names.
 struct NameRule {
   std::string_view gguf;
-  std::string_view hf;
+  TensorRole role;
   bool per_layer;
   QkRole qk;
-  bool required;  // every model of the supported families has it
 };
 
+// clang-format off
 constexpr NameRule kNameTable[] = {
-    {"token_embd.weight", "model.embed_tokens.weight", false, QkRole::kNone, true},
-    {"output_norm.weight", "model.norm.weight", false, QkRole::kNone, true},
-    {"output.weight", "lm_head.weight", false, QkRole::kNone, false},
-    {"attn_norm.weight", "input_layernorm.weight", true, QkRole::kNone, true},
-    {"attn_q.weight", "self_attn.q_proj.weight", true, QkRole::kQ, true},
-    {"attn_k.weight", "self_attn.k_proj.weight", true, QkRole::kK, true},
-    {"attn_v.weight", "self_attn.v_proj.weight", true, QkRole::kNone, true},
-    {"attn_output.weight", "self_attn.o_proj.weight", true, QkRole::kNone, true},
-    {"attn_q.bias", "self_attn.q_proj.bias", true, QkRole::kQ, false},
-    {"attn_k.bias", "self_attn.k_proj.bias", true, QkRole::kK, false},
-    {"attn_v.bias", "self_attn.v_proj.bias", true, QkRole::kNone, false},
-    {"attn_output.bias", "self_attn.o_proj.bias", true, QkRole::kNone, false},
-    {"attn_q_norm.weight", "self_attn.q_norm.weight", true, QkRole::kNone, false},
-    {"attn_k_norm.weight", "self_attn.k_norm.weight", true, QkRole::kNone, false},
-    {"ffn_norm.weight", "post_attention_layernorm.weight", true, QkRole::kNone, true},
-    {"ffn_gate.weight", "mlp.gate_proj.weight", true, QkRole::kNone, true},
-    {"ffn_up.weight", "mlp.up_proj.weight", true, QkRole::kNone, true},
-    {"ffn_down.weight", "mlp.down_proj.weight", true, QkRole::kNone, true},
-    {"ffn_gate.bias", "mlp.gate_proj.bias", true, QkRole::kNone, false},
-    {"ffn_up.bias", "mlp.up_proj.bias", true, QkRole::kNone, false},
-    {"ffn_down.bias", "mlp.down_proj.bias", true, QkRole::kNone, false},
+    {"token_embd.weight",  TensorRole::kEmbed,       false, QkRole::kNone},
+    {"output_norm.weight", TensorRole::kNormFinal,   false, QkRole::kNone},
+    {"output.weight",      TensorRole::kLmHead,      false, QkRole::kNone},
+    {"attn_norm.weight",   TensorRole::kNormAttn,    true,  QkRole::kNone},
+    {"attn_q.weight",      TensorRole::kAttnQ,       true,  QkRole::kQ},
+    {"attn_k.weight",      TensorRole::kAttnK,       true,  QkRole::kK},
+    {"attn_v.weight",      TensorRole::kAttnV,       true,  QkRole::kNone},
+    {"attn_output.weight", TensorRole::kAttnO,       true,  QkRole::kNone},
+    {"attn_q.bias",        TensorRole::kAttnQBias,   true,  QkRole::kQ},
+    {"attn_k.bias",        TensorRole::kAttnKBias,   true,  QkRole::kK},
+    {"attn_v.bias",        TensorRole::kAttnVBias,   true,  QkRole::kNone},
+    {"attn_output.bias",   TensorRole::kAttnOBias,   true,  QkRole::kNone},
+    {"attn_q_norm.weight", TensorRole::kQNorm,       true,  QkRole::kNone},
+    {"attn_k_norm.weight", TensorRole::kKNorm,       true,  QkRole::kNone},
+    {"ffn_norm.weight",    TensorRole::kNormMlp,     true,  QkRole::kNone},
+    {"ffn_gate.weight",    TensorRole::kMlpGate,     true,  QkRole::kNone},
+    {"ffn_up.weight",      TensorRole::kMlpUp,       true,  QkRole::kNone},
+    {"ffn_down.weight",    TensorRole::kMlpDown,     true,  QkRole::kNone},
+    {"ffn_gate.bias",      TensorRole::kMlpGateBias, true,  QkRole::kNone},
+    {"ffn_up.bias",        TensorRole::kMlpUpBias,   true,  QkRole::kNone},
+    {"ffn_down.bias",      TensorRole::kMlpDownBias, true,  QkRole::kNone},
 };
+// clang-format on
 
 // Tensors llama.cpp derives from the config; they have no HF weight.
 constexpr std::string_view kDerivedTensors[] = {"rope_freqs.weight"};
@@ -73,9 +76,11 @@ std::optional<Mapped> lookup(std::string_view name) {
   return std::nullopt;
 }
 
-std::string hf_name(const Mapped& m) {
-  if (m.layer < 0) return std::string(m.rule->hf);
-  return fmt::format("model.layers.{}.{}", m.layer, m.rule->hf);
+// The HF name of a mapped tensor in `family`; nullopt if the family has no such tensor.
+std::optional<std::string> hf_name(const Mapped& m, Family family) {
+  for (const TensorKind& k : family_table(family))
+    if (k.role == m.rule->role && k.per_layer() == (m.layer >= 0)) return tensor_name(k, m.layer);
+  return std::nullopt;
 }
 
 // f32 metadata widened to double prints as 9.999999747378752e-06; keep the shortest decimal
@@ -152,10 +157,10 @@ Result<nlohmann::json> llama3_rope_scaling(const GgufFile& f, const GgufTensorIn
 
 }  // namespace
 
-std::optional<std::string> gguf_to_hf_name(std::string_view gguf_name) {
+std::optional<std::string> gguf_to_hf_name(std::string_view gguf_name, Family family) {
   auto m = lookup(gguf_name);
   if (!m) return std::nullopt;
-  return hf_name(*m);
+  return hf_name(*m, family);
 }
 
 void unpermute_qk_rows(std::span<const float> in, std::span<float> out, int64_t n_head,
@@ -308,8 +313,10 @@ Result<std::unique_ptr<GgufTensorSource>> GgufTensorSource::create(
         std::end(kDerivedTensors))
       continue;
     auto m = lookup(t.name);
-    if (!m)
-      return err("{}: tensor '{}' has no Hugging Face name (not supported)", f.path(), t.name);
+    std::optional<std::string> name = m ? hf_name(*m, geo.family) : std::nullopt;
+    if (!name)
+      return err("{}: tensor '{}' has no Hugging Face name in a {} checkpoint (not supported)",
+                 f.path(), t.name, geo.arch);
     if (m->layer >= geo.n_layers)
       return err("{}: tensor '{}' is past block_count {}", f.path(), t.name, geo.n_layers);
     Entry e{&t, 0};
@@ -321,20 +328,12 @@ Result<std::unique_ptr<GgufTensorSource>> GgufTensorSource::create(
                    rows_n, e.permute_heads);
     }
     TensorInfo info;
-    info.name = hf_name(*m);
+    info.name = std::move(*name);
     info.shape = t.shape();
     info.storage = std::string(t.type_name);
     info.stored_dtype = stored_dtype_of(t);
     info.stored_bytes = t.nbytes;
     rows.emplace_back(std::move(info), e);
-  }
-  // Every layer must be complete, or the checkpoint would not load.
-  for (const auto& r : kNameTable) {
-    if (!r.required) continue;
-    for (int64_t l = r.per_layer ? 0 : -1; l < (r.per_layer ? geo.n_layers : 0); ++l) {
-      std::string name = r.per_layer ? fmt::format("blk.{}.{}", l, r.gguf) : std::string(r.gguf);
-      if (f.find_tensor(name) == nullptr) return err("{}: missing tensor '{}'", f.path(), name);
-    }
   }
   std::sort(rows.begin(), rows.end(),
             [](const auto& a, const auto& b) { return a.first.name < b.first.name; });
@@ -342,6 +341,10 @@ Result<std::unique_ptr<GgufTensorSource>> GgufTensorSource::create(
     src->infos_.push_back(std::move(info));
     src->entries_.push_back(e);
   }
+  // Every tensor the geometry implies, with its shape, exactly as an HF checkpoint would have.
+  TQ_TRY(nlohmann::json cj, gguf_hf_config(f, DType::kF32));
+  TQ_TRY(src->config_, parse_model_config(cj, f.path()));
+  TQ_CHECK_OK(check_tensors_against_config(src->config_, *src));
   return src;
 }
 

@@ -48,8 +48,9 @@ DType gguf_default_dtype(const GgufFile& f);
 // `dtype` (f32/f16/bf16). Unsupported architectures are one clear error naming them.
 Result<nlohmann::json> gguf_hf_config(const GgufFile& f, DType dtype);
 
-// Maps a GGUF tensor name to its HF name; nullopt when the name is not in the table.
-std::optional<std::string> gguf_to_hf_name(std::string_view gguf_name);
+// Maps a GGUF tensor name to its HF name in `family` (through the family's tensor table);
+// nullopt when the name is not in the GGUF table or the family has no such tensor.
+std::optional<std::string> gguf_to_hf_name(std::string_view gguf_name, Family family);
 
 // Undoes llama.cpp's q/k row permutation: `in` and `out` are [rows, cols] row-major with
 // rows = n_head * head_dim. HF row h*hd + s*hd/2 + j comes from GGUF row h*hd + 2j + s.
@@ -71,6 +72,7 @@ class GgufTensorSource : public TensorSource {
 
   const GgufFile& file() const { return *file_; }
   const GgufGeometry& geometry() const { return geo_; }
+  const ModelConfig& config() const { return config_; }  // parsed from gguf_hf_config
   // The GGUF tensor stored under HF name `name` (nullptr if none).
   const GgufTensorInfo* gguf_tensor(const std::string& name) const;
 
@@ -81,6 +83,7 @@ class GgufTensorSource : public TensorSource {
   };
   std::shared_ptr<const GgufFile> file_;
   GgufGeometry geo_;
+  ModelConfig config_;
   std::vector<TensorInfo> infos_;  // sorted by HF name
   std::vector<Entry> entries_;     // parallel to infos_
 };

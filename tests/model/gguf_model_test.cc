@@ -3,10 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 #include <numbers>
 
 #include "../testing/gguf_builder.h"
 #include "model/gguf_tokenizer.h"
+#include "model/model_source.h"
 
 namespace tq {
 namespace {
@@ -44,20 +46,29 @@ TEST(GgufModel, UnpermuteInvertsHandComputedPermutation) {
 }
 
 TEST(GgufModel, NameTable) {
-  EXPECT_EQ(gguf_to_hf_name("token_embd.weight"), "model.embed_tokens.weight");
-  EXPECT_EQ(gguf_to_hf_name("output_norm.weight"), "model.norm.weight");
-  EXPECT_EQ(gguf_to_hf_name("output.weight"), "lm_head.weight");
-  EXPECT_EQ(gguf_to_hf_name("blk.12.attn_q.weight"), "model.layers.12.self_attn.q_proj.weight");
-  EXPECT_EQ(gguf_to_hf_name("blk.0.attn_output.weight"), "model.layers.0.self_attn.o_proj.weight");
-  EXPECT_EQ(gguf_to_hf_name("blk.3.ffn_norm.weight"),
+  const Family L = Family::kLlama;
+  EXPECT_EQ(gguf_to_hf_name("token_embd.weight", L), "model.embed_tokens.weight");
+  EXPECT_EQ(gguf_to_hf_name("output_norm.weight", L), "model.norm.weight");
+  EXPECT_EQ(gguf_to_hf_name("output.weight", L), "lm_head.weight");
+  EXPECT_EQ(gguf_to_hf_name("blk.12.attn_q.weight", L), "model.layers.12.self_attn.q_proj.weight");
+  EXPECT_EQ(gguf_to_hf_name("blk.0.attn_output.weight", L),
+            "model.layers.0.self_attn.o_proj.weight");
+  EXPECT_EQ(gguf_to_hf_name("blk.3.ffn_norm.weight", L),
             "model.layers.3.post_attention_layernorm.weight");
-  EXPECT_EQ(gguf_to_hf_name("blk.3.attn_norm.weight"), "model.layers.3.input_layernorm.weight");
-  EXPECT_EQ(gguf_to_hf_name("blk.1.ffn_down.weight"), "model.layers.1.mlp.down_proj.weight");
-  EXPECT_EQ(gguf_to_hf_name("blk.1.attn_k.bias"), "model.layers.1.self_attn.k_proj.bias");
-  EXPECT_EQ(gguf_to_hf_name("blk.1.attn_q_norm.weight"), "model.layers.1.self_attn.q_norm.weight");
+  EXPECT_EQ(gguf_to_hf_name("blk.3.attn_norm.weight", L), "model.layers.3.input_layernorm.weight");
+  EXPECT_EQ(gguf_to_hf_name("blk.1.ffn_down.weight", L), "model.layers.1.mlp.down_proj.weight");
+  EXPECT_EQ(gguf_to_hf_name("blk.1.attn_k.bias", L), "model.layers.1.self_attn.k_proj.bias");
+  EXPECT_EQ(gguf_to_hf_name("blk.1.attn_q_norm.weight", Family::kQwen3),
+            "model.layers.1.self_attn.q_norm.weight");
+  EXPECT_EQ(gguf_to_hf_name("blk.2.attn_v.bias", Family::kQwen2),
+            "model.layers.2.self_attn.v_proj.bias");
+  // Names a family does not have.
+  EXPECT_FALSE(gguf_to_hf_name("blk.1.attn_q_norm.weight", L).has_value());
+  EXPECT_FALSE(gguf_to_hf_name("blk.1.attn_q.bias", Family::kQwen3).has_value());
+  EXPECT_FALSE(gguf_to_hf_name("blk.1.ffn_up.bias", Family::kQwen2).has_value());
   for (const char* bad : {"blk.0.foo.weight", "blk.x.attn_q.weight", "blk.01.attn_q.weight",
                           "blk.attn_q.weight", "blk.-1.attn_q.weight", "token_embd.bias", ""})
-    EXPECT_FALSE(gguf_to_hf_name(bad).has_value()) << bad;
+    EXPECT_FALSE(gguf_to_hf_name(bad, L).has_value()) << bad;
 }
 
 // A complete tiny model: hidden 8, 2 heads of 4, 1 kv head, ffn 16, vocab 10, all F32.
@@ -98,6 +109,7 @@ GgufBuilder tiny_model(const std::string& arch, bool tied, bool biases) {
       vec(b + "attn_q.bias", t.heads * t.hd);
       vec(b + "attn_k.bias", t.kv * t.hd);
       vec(b + "attn_v.bias", t.kv * t.hd);
+      if (arch == "llama") vec(b + "attn_output.bias", t.hidden);  // HF attention_bias: all four
     }
     vec(b + "ffn_norm.weight", t.hidden);
     mat(b + "ffn_gate.weight", t.ffn, t.hidden);
@@ -222,7 +234,8 @@ TEST(GgufModel, RejectsUnsupportedArchAndUnknownOrMissingTensors) {
   auto s = GgufTensorSource::create(q.file);
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().message,
-            "tiny.gguf: tensor 'blk.0.mystery.weight' has no Hugging Face name (not supported)");
+            "tiny.gguf: tensor 'blk.0.mystery.weight' has no Hugging Face name in a llama "
+            "checkpoint (not supported)");
 
   auto h = tiny_model("llama", true, false);
   h.tensor_f32("blk.5.attn_norm.weight", {8}, std::vector<float>(8));
@@ -236,11 +249,15 @@ TEST(GgufModel, RejectsUnsupportedArchAndUnknownOrMissingTensors) {
   m.kv_u32("llama.block_count", 1);
   m.kv_u32("llama.embedding_length", 8);
   m.kv_u32("llama.attention.head_count", 2);
+  m.kv_u32("llama.feed_forward_length", 16);
+  m.kv_f32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
   m.tensor_f32("token_embd.weight", {8, 2}, std::vector<float>(16));
   Parsed mp = parse(m);
   auto s3 = GgufTensorSource::create(mp.file);
   ASSERT_FALSE(s3.ok());
-  EXPECT_EQ(s3.error().message, "tiny.gguf: missing tensor 'output_norm.weight'");
+  EXPECT_TRUE(s3.error().message.starts_with(
+      "tiny.gguf: tensors do not match the llama config: 10 missing (model.layers.0."))
+      << s3.error().message;
 }
 
 TEST(GgufModel, Llama3RopeFreqsBecomeRopeScaling) {
@@ -275,6 +292,27 @@ TEST(GgufModel, Llama3RopeFreqsBecomeRopeScaling) {
   auto src = GgufTensorSource::create(p.file);  // rope_freqs is derived, not a weight
   ASSERT_TRUE(src.ok()) << src.error().message;
   EXPECT_EQ((*src)->tensors().size(), 20u);
+}
+
+TEST(GgufModel, OpenGgufModelSource) {
+  auto dir = std::filesystem::temp_directory_path() / "tq_gguf_model_source_test";
+  std::filesystem::create_directories(dir);
+  std::string path = (dir / "tiny.gguf").string();
+  tiny_model("qwen2", /*tied=*/false, /*biases=*/true).write(path);
+  auto m = open_gguf_model_source(path);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ(m->kind, SourceKind::kGguf);
+  EXPECT_EQ(m->config.family, Family::kQwen2);
+  EXPECT_EQ(m->config.hidden_size, 8);
+  EXPECT_FALSE(m->config.tie_word_embeddings);
+  EXPECT_EQ(m->config_json["model_type"], "qwen2");
+  EXPECT_EQ(m->tensors->tensors().size(), 3u + 2u * 12u);  // embed, norm, lm_head; 12 per layer
+  EXPECT_EQ(m->file_bytes, std::filesystem::file_size(path));
+  ASSERT_EQ(m->weight_files.size(), 1u);
+  auto bad = open_gguf_model_source((dir / "missing.gguf").string());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("missing.gguf: cannot open"), std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 GgufBuilder tiny_vocab(const std::string& pre) {
