@@ -294,6 +294,31 @@ TEST(GgufModel, Llama3RopeFreqsBecomeRopeScaling) {
   EXPECT_EQ((*src)->tensors().size(), 20u);
 }
 
+TEST(GgufModel, LinearAndYarnRopeScaling) {
+  for (const char* type : {"linear", "yarn"}) {
+    auto g = tiny_model("qwen2", true, true);
+    g.kv_str("qwen2.rope.scaling.type", type);
+    g.kv_f32("qwen2.rope.scaling.factor", 4.0f);
+    g.kv_u32("qwen2.rope.scaling.original_context_length", 32768);
+    Parsed p = parse(g);
+    auto c = gguf_hf_config(*p.file, DType::kF32);
+    ASSERT_TRUE(c.ok()) << c.error().message;
+    EXPECT_EQ((*c)["rope_scaling"]["rope_type"], type);
+    EXPECT_EQ((*c)["rope_scaling"]["factor"].get<double>(), 4.0);
+    EXPECT_EQ((*c)["rope_scaling"]["original_max_position_embeddings"], 32768);
+    auto src = GgufTensorSource::create(p.file);  // parse_model_config accepts it
+    ASSERT_TRUE(src.ok()) << src.error().message;
+    EXPECT_EQ((*src)->config().rope_scaling->factor, 4.0);
+  }
+  auto g = tiny_model("llama", true, false);
+  g.kv_str("llama.rope.scaling.type", "longrope");
+  g.kv_f32("llama.rope.scaling.factor", 4.0f);
+  Parsed p = parse(g);
+  auto c = gguf_hf_config(*p.file, DType::kF32);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.error().message, "tiny.gguf: rope scaling type 'longrope' is not supported");
+}
+
 TEST(GgufModel, OpenGgufModelSource) {
   auto dir = std::filesystem::temp_directory_path() / "tq_gguf_model_source_test";
   std::filesystem::create_directories(dir);
