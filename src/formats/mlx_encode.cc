@@ -1,0 +1,280 @@
+// MLX encoders. The arithmetic copies what mx.quantize does on the CPU, operation by operation:
+// affine follows the fast::Quantize CPU kernel (stats and codes in f32, then a cast of scale and
+// bias); the fp modes follow the op graph MLX runs on the CPU, whose ops round to the input
+// dtype. No expression here is a product feeding a sum, so FMA contraction cannot change it.
+#include "formats/mlx_encode.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "formats/mlx_float.h"
+#include "formats/mlx_quant.h"
+
+namespace tq {
+
+namespace {
+
+bool mul_size(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_overflow(a, b, out); }
+
+// rint for v in [0, 2^23): adding 2^23 leaves an integer-valued float (round to nearest even).
+inline uint32_t rint_small(float v) { return static_cast<uint32_t>(v + 8388608.0f) - 8388608u; }
+
+constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+// MLX's E2M1 encoding: argmin over the table of |x - v| computed in dist_dtype, first index on
+// ties. Non-finite x makes every distance inf or NaN and leaves index 0.
+uint8_t e2m1_code_argmin(float x, DType dist_dtype) {
+  uint8_t best = 0;
+  float best_d = std::fabs(round_to_dtype(x - kE2M1[0], dist_dtype));
+  for (uint8_t k = 1; k < 16; ++k) {
+    const float d = std::fabs(round_to_dtype(x - kE2M1[k], dist_dtype));
+    if (d < best_d) {
+      best = k;
+      best_d = d;
+    }
+  }
+  return best;
+}
+
+// Same result, fast: for |x| <= 8 the distances to the two neighbouring table values are exact
+// (Sterbenz), so the argmin is the nearest magnitude with ties to the lower index (the smaller
+// magnitude), and -0 (index 8) always loses to +0. Larger x, where rounded distances collapse
+// into ties, takes the table scan.
+inline uint8_t e2m1_code_mlx(float x, DType dist_dtype) {
+  const float a = std::fabs(x);
+  if (!(a <= 8.0f)) return e2m1_code_argmin(x, dist_dtype);
+  uint8_t m =
+      (a > 0.25f) + (a > 0.75f) + (a > 1.25f) + (a > 1.75f) + (a > 2.5f) + (a > 3.5f) + (a > 5.0f);
+  return m == 0 ? 0 : static_cast<uint8_t>(m | (std::signbit(x) ? 0x8 : 0));
+}
+
+// Packs n codes (n*bits a multiple of 8) into n*bits/8 bytes of the little-endian bitstream.
+void pack_into(const uint8_t* c, int64_t n, int bits, uint8_t* out) {
+  switch (bits) {
+    case 8:
+      std::memcpy(out, c, static_cast<size_t>(n));
+      return;
+    case 4:
+      for (int64_t i = 0; i < n / 2; ++i)
+        out[i] = static_cast<uint8_t>(c[2 * i] | c[2 * i + 1] << 4);
+      return;
+    case 2:
+      for (int64_t i = 0; i < n / 4; ++i)
+        out[i] = static_cast<uint8_t>(c[4 * i] | c[4 * i + 1] << 2 | c[4 * i + 2] << 4 |
+                                      c[4 * i + 3] << 6);
+      return;
+    default: {  // 1, 3, 5, 6, 7: accumulate LSB first and flush whole bytes
+      uint64_t acc = 0;
+      int have = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        acc |= static_cast<uint64_t>(c[i]) << have;
+        have += bits;
+        while (have >= 8) {
+          *out++ = static_cast<uint8_t>(acc);
+          acc >>= 8;
+          have -= 8;
+        }
+      }
+    }
+  }
+}
+
+void store_scalar(float v, DType t, uint8_t* p) {
+  if (t == DType::kF32) {
+    std::memcpy(p, &v, 4);
+    return;
+  }
+  uint16_t h = t == DType::kBF16 ? f32_to_bf16(v) : f32_to_f16(v);
+  std::memcpy(p, &h, 2);
+}
+
+// Affine rows: one group at a time, codes into a small buffer, then packed.
+void quantize_affine(const QuantSpec& spec, int64_t rows, int64_t cols, const float* w, DType dtype,
+                     uint8_t* weight, uint8_t* scales, uint8_t* biases) {
+  const int g = spec.group_size, bits = spec.bits;
+  const int64_t groups = cols / g, row_bytes = cols / 8 * bits;
+  const size_t ssize = dtype_size(dtype);
+  const float n_bins = static_cast<float>((1 << bits) - 1);
+  uint8_t codes[128];
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < groups; ++j) {
+      const float* x = w + r * cols + j * g;
+      const AffineGrid grid = affine_grid({x, static_cast<size_t>(g)}, bits, dtype);
+      const float s = grid.scale, b = grid.bias;
+      for (int i = 0; i < g; ++i) {  // affine_code, inlined so the loop vectorizes
+        float v = (x[i] - b) / s;
+        v = v > 0.0f ? v : 0.0f;
+        v = v < n_bins ? v : n_bins;
+        codes[i] = static_cast<uint8_t>(rint_small(v));
+      }
+      pack_into(codes, g, bits, weight + r * row_bytes + j * g * bits / 8);
+      const int64_t idx = r * groups + j;
+      store_scalar(grid.stored_scale, dtype, scales + idx * ssize);
+      store_scalar(grid.stored_bias, dtype, biases + idx * ssize);
+    }
+  }
+}
+
+void quantize_fp(const QuantSpec& spec, int64_t rows, int64_t cols, const float* w, DType dtype,
+                 uint8_t* weight, uint8_t* scales) {
+  const int g = spec.group_size, bits = spec.bits;
+  const int64_t groups = cols / g, row_bytes = cols / 8 * bits;
+  uint8_t codes[128];
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < groups; ++j) {
+      const float* x = w + r * cols + j * g;
+      const FpGroupScale sc = fp_group_scale(spec.mode, {x, static_cast<size_t>(g)}, dtype);
+      for (int i = 0; i < g; ++i) codes[i] = fp_code(spec.mode, x[i], sc.divisor, dtype);
+      pack_into(codes, g, bits, weight + r * row_bytes + j * g * bits / 8);
+      scales[r * groups + j] = sc.byte;
+    }
+  }
+}
+
+// Index of the first value that is non-finite or not a value of dtype; -1 if none.
+int64_t first_bad_value(std::span<const float> w, DType dtype) {
+  for (size_t i = 0; i < w.size(); ++i) {
+    const float x = w[i];
+    if (!std::isfinite(x) || round_to_dtype(x, dtype) != x) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
+AffineGrid affine_grid(std::span<const float> group, int bits, DType dtype) {
+  float lo = std::numeric_limits<float>::infinity(), hi = -lo;
+  for (float x : group) {
+    hi = std::max(hi, x);
+    lo = std::min(lo, x);
+  }
+  const float n_bins = static_cast<float>((1 << bits) - 1), eps = 1e-7f;
+  float scale, bias;
+  if (bits == 1) {  // MLX's 1-bit rule: code 0 -> w_min, code 1 -> w_max
+    scale = std::max(hi - lo, eps);
+    bias = lo;
+  } else {
+    // The larger-magnitude end becomes the bias (q = 0), so the scale is negative when it is
+    // w_max; re-fitting the scale through it makes 0.0 land exactly on code -q0.
+    scale = std::max((hi - lo) / n_bins, eps);
+    const bool min_is_edge = std::fabs(lo) > std::fabs(hi);
+    if (!min_is_edge) scale = -scale;
+    const float edge = min_is_edge ? lo : hi;
+    const float q0 = std::rint(edge / scale);
+    bias = 0.0f;
+    if (q0 != 0.0f) {
+      scale = edge / q0;
+      bias = edge;
+    }
+  }
+  return {scale, bias, round_to_dtype(scale, dtype), round_to_dtype(bias, dtype)};
+}
+
+uint32_t affine_code(float w, float scale, float bias, int bits) {
+  const float n_bins = static_cast<float>((1 << bits) - 1);
+  float v = (w - bias) / scale;
+  v = v > 0.0f ? v : 0.0f;  // also maps NaN to 0
+  v = v < n_bins ? v : n_bins;
+  return rint_small(v);
+}
+
+FpGroupScale fp_group_scale(QuantMode mode, std::span<const float> group, DType dtype) {
+  float amax = 0.0f;
+  for (float x : group) amax = std::max(amax, std::fabs(x));
+  const float s = round_to_dtype(amax / (mode == QuantMode::kMxfp8 ? 448.0f : 6.0f), dtype);
+  if (mode == QuantMode::kNvfp4) {
+    const uint8_t byte = f32_to_e4m3(s);
+    return {byte, round_to_dtype(e4m3_to_f32(byte), dtype)};
+  }
+  // E = ceil(log2(s)), exactly (MLX rounds log2 and then corrects it against 2^E); 0 for s = 0.
+  int e = 0;
+  if (s > 0.0f) {
+    int ex = 0;
+    const float m = std::frexp(s, &ex);  // s = m * 2^ex, m in [0.5, 1)
+    e = m == 0.5f ? ex - 1 : ex;
+  }
+  // 2^e is a value of dtype: s >= its smallest subnormal, and s <= max/6.
+  return {static_cast<uint8_t>((e + 127) & 0xFF), std::ldexp(1.0f, e)};
+}
+
+uint8_t fp_code(QuantMode mode, float w, float divisor, DType dtype) {
+  const float x = round_to_dtype(w / divisor, dtype);
+  if (mode == QuantMode::kMxfp8) return f32_to_e4m3(x);
+  // MLX's graph subtracts the table in dtype for mx modes but in f32 for nvfp4.
+  return e2m1_code_mlx(x, mode == QuantMode::kNvfp4 ? DType::kF32 : dtype);
+}
+
+uint8_t f32_to_e4m3(float x) {
+  uint32_t u = f32_to_bits(x);
+  const uint32_t sign = (u >> 24) & 0x80u;
+  u &= 0x7FFFFFFFu;
+  uint32_t mag;
+  if (u >= 0x43E00000u) {  // >= 448, inf, NaN
+    mag = 0x7E;
+  } else if (u < 0x3C800000u) {  // below 2^-6: subnormal m * 2^-9; adding 2^14 rounds to that grid
+    mag = f32_to_bits(bits_to_f32(u) + 16384.0f) - 0x46800000u;
+  } else {  // rebias the exponent (127 -> 7) and round 23 mantissa bits to 3, ties to even
+    mag = (u - (120u << 23) + 0x7FFFFu + ((u >> 20) & 1)) >> 20;
+  }
+  return static_cast<uint8_t>(sign | mag);
+}
+
+std::vector<uint8_t> pack_codes(std::span<const uint8_t> codes, int bits) {
+  if (bits < 1 || bits > 8) return {};
+  const uint8_t mask = static_cast<uint8_t>((1u << bits) - 1);
+  std::vector<uint8_t> out((codes.size() * static_cast<size_t>(bits) + 7) / 8, 0);
+  for (size_t i = 0; i < codes.size(); ++i) {
+    const size_t bit = i * static_cast<size_t>(bits);
+    const uint32_t v = static_cast<uint32_t>(codes[i] & mask) << (bit % 8);
+    out[bit / 8] |= static_cast<uint8_t>(v);
+    if (v > 0xFF) out[bit / 8 + 1] |= static_cast<uint8_t>(v >> 8);  // straddles a byte
+  }
+  return out;
+}
+
+Status quantize_mlx(const QuantSpec& spec, int64_t rows, int64_t cols, std::span<const float> w,
+                    DType dtype, std::vector<uint8_t>* weight, std::vector<uint8_t>* scales,
+                    std::vector<uint8_t>* biases) {
+  if (Status st = validate_quant_spec(spec); !st.ok()) return st;
+  const std::string what = quant_spec_str(spec);
+  if (weight == nullptr || scales == nullptr || biases == nullptr)
+    return err("{}: missing output buffer", what);
+  if (dtype != DType::kF32 && dtype != DType::kF16 && dtype != DType::kBF16)
+    return err("{}: cannot quantize values of dtype {}", what, dtype_name(dtype));
+  if (rows < 0 || cols < 0) return err("{}: negative shape [{}, {}]", what, rows, cols);
+  if (cols % spec.group_size != 0)
+    return err("{}: {} columns is not a multiple of the group size {}", what, cols,
+               spec.group_size);
+  int64_t n = 0, weight_bytes = 0, n_scales = 0;
+  const int64_t groups = cols / spec.group_size;
+  if (!mul_size(rows, cols, &n) || !mul_size(rows, cols / 8 * spec.bits, &weight_bytes) ||
+      !mul_size(rows, groups, &n_scales))
+    return err("{}: shape [{}, {}] is too large", what, rows, cols);
+  if (static_cast<int64_t>(w.size()) != n)
+    return err("{}: {} values given for shape [{}, {}]", what, w.size(), rows, cols);
+  if (int64_t i = first_bad_value(w, dtype); i >= 0) {
+    if (!std::isfinite(w[i]))
+      return err("{}: weight [{}, {}] is {}", what, i / cols, i % cols, w[i]);
+    return err("{}: weight [{}, {}] = {} is not a {} value (round the weights to {} first)", what,
+               i / cols, i % cols, w[i], dtype_name(dtype), dtype_name(dtype));
+  }
+
+  const bool affine = spec.mode == QuantMode::kAffine;
+  const size_t scale_size = affine ? dtype_size(dtype) : 1;
+  weight->assign(static_cast<size_t>(weight_bytes), 0);
+  scales->assign(static_cast<size_t>(n_scales) * scale_size, 0);
+  if (affine) {
+    biases->assign(static_cast<size_t>(n_scales) * scale_size, 0);
+    quantize_affine(spec, rows, cols, w.data(), dtype, weight->data(), scales->data(),
+                    biases->data());
+  } else {
+    biases->clear();
+    quantize_fp(spec, rows, cols, w.data(), dtype, weight->data(), scales->data());
+  }
+  return ok_status();
+}
+
+}  // namespace tq
