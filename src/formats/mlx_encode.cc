@@ -1,7 +1,12 @@
-// MLX encoders. The arithmetic copies what mx.quantize does on the CPU, operation by operation:
-// affine follows the fast::Quantize CPU kernel (stats and codes in f32, then a cast of scale and
-// bias); the fp modes follow the op graph MLX runs on the CPU, whose ops round to the input
-// dtype. No expression here is a product feeding a sum, so FMA contraction cannot change it.
+// MLX encoders. The arithmetic copies what mx.quantize (mlx 0.32.4) does on the CPU, operation
+// by operation, as established against it by tests/oracle/test_mlx_quantize.py:
+// - affine runs the fast::Quantize CPU kernel: stats, scale, bias and codes in f32 on the
+//   widened input; codes use the f32 (unrounded) scale and bias, which are then cast to the
+//   input dtype. 1-bit is scale = max(w_max - w_min, eps), bias = w_min.
+// - fp modes run an op graph whose ops round to the input dtype: s = amax/maxval in dtype;
+//   mx modes E = ceil(log2 s) (older MLX rounded to nearest); elements x = w/2^E in dtype;
+//   E2M1 by argmin of |x - v| over the table (ties to the lower index); nvfp4 scale = ToFP8(s).
+// No expression here is a product feeding a sum, so FMA contraction cannot change a result.
 #include "formats/mlx_encode.h"
 
 #include <algorithm>
@@ -248,7 +253,7 @@ void fp_rows(QuantMode mode, int64_t rows, int64_t cols, const float* w, uint8_t
       const FpGroupScale sc = fp_scale_of_amax(mode, amax, T);
       const float d = sc.divisor;
       if (mode == QuantMode::kMxfp8) {
-        // |x/d| <= 448 * 2 (2^E >= amax/448 up to the rounding of amax/448 to T)
+        // |x/d| < 1.5 * 448 (2^E >= amax/448 up to a subnormal rounding of amax/448 to T)
         for (int i = 0; i < G; ++i) codes[i] = e4m3_of(round_finite<T>(x[i] / d));
       } else if (round_to_dtype(amax / d, T) <= 8.0f) {  // rounding is monotone: all |x/d| <= 8
         for (int i = 0; i < G; ++i) {

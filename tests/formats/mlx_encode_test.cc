@@ -197,6 +197,19 @@ TEST(MlxAffineEncodeTest, OneBitUsesMinAndMax) {
   for (int i = 0; i < 32; ++i) EXPECT_EQ(unpack_code(e.weight.data(), i, 1), i % 3 == 0 ? 0u : 1u);
 }
 
+TEST(MlxAffineEncodeTest, OneBitZeroBiasKeepsTheFirstZerosSign) {
+  // MLX scans with std::min in order: the first of equal zeros wins (checked on mlx 0.32.4).
+  for (float first : {0.0f, -0.0f}) {
+    std::vector<float> w(64, 1.0f);
+    w[3] = first;
+    w[40] = -first;
+    QuantSpec spec{QuantMode::kAffine, 1, 64};
+    Encoded e = encode(spec, 1, 64, w, DType::kF32);
+    EXPECT_EQ(f32_to_bits(load_scalar(DType::kF32, e.biases, 0)), f32_to_bits(first));
+    EXPECT_EQ(f32_to_bits(affine_grid(w, 1, DType::kF32).bias), f32_to_bits(first));
+  }
+}
+
 TEST(MlxAffineEncodeTest, RoundTripErrorIsHalfAStep) {
   std::mt19937 rng(5);
   const int64_t rows = 9, cols = 256;

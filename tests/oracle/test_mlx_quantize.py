@@ -92,6 +92,9 @@ def _matrix(rng, dname, bits):
                          np.float32(np.inf) * rng.choice([-1, 1], COLS)).astype(np.float32)
     for r in range(18, 26):
         w[r] = _random_float_bits(rng, COLS, dname)
+    # non-negative groups holding +0 and -0: the 1-bit bias (w_min) keeps the first zero's sign
+    w[26] = np.abs(w[26]) * (rng.random(COLS) < 0.5)
+    w[26] *= np.where(w[26] == 0, rng.choice([-1.0, 1.0], COLS), 1.0)
     with np.errstate(over="ignore"):
         return w.astype(np.float32)
 
