@@ -255,7 +255,7 @@ void fp_rows(QuantMode mode, int64_t rows, int64_t cols, const float* w, uint8_t
       if (mode == QuantMode::kMxfp8) {
         // |x/d| < 1.5 * 448 (2^E >= amax/448 up to a subnormal rounding of amax/448 to T)
         for (int i = 0; i < G; ++i) codes[i] = e4m3_of(round_finite<T>(x[i] / d));
-      } else if (round_to_dtype(amax / d, T) <= 8.0f) {  // rounding is monotone: all |x/d| <= 8
+      } else if (d > 0.0f && round_to_dtype(amax / d, T) <= 8.0f) {  // monotone: all |x/d| <= 8
         for (int i = 0; i < G; ++i) {
           const float v = round_finite<T>(x[i] / d), a = std::fabs(v);
           const uint32_t m = (a > 0.25f) + (a > 0.75f) + (a > 1.25f) + (a > 1.75f) + (a > 2.5f) +
@@ -350,6 +350,7 @@ FpGroupScale fp_group_scale(QuantMode mode, std::span<const float> group, DType 
 }
 
 uint8_t fp_code(QuantMode mode, float w, float divisor, DType dtype) {
+  if (divisor == 0.0f) return 0;  // MLX divides: inf/NaN quotients, whose E2M1 argmin is 0
   const float x = round_to_dtype(w / divisor, dtype);
   if (mode == QuantMode::kMxfp8) return f32_to_e4m3(x);
   // MLX's graph subtracts the table in dtype for mx modes but in f32 for nvfp4.

@@ -44,7 +44,7 @@ FpGroupScale fp_group_scale(QuantMode mode, std::span<const float> group, DType 
 // Code of w (E2M1 in the low 4 bits, or E4M3 for mxfp8) given its group's divisor: x = w /
 // divisor rounded to dtype; E2M1 is MLX's argmin of |x - v| over its 16-entry table (first
 // index on ties: the smaller magnitude, never -0; huge x collapse to ties), so non-finite x
-// gives 0.
+// gives 0. A zero divisor (an nvfp4 scale that underflows to 0) gives 0 without dividing.
 uint8_t fp_code(QuantMode mode, float w, float divisor, DType dtype);
 
 // E4M3 ("fn") as MLX's ToFP8: round to nearest even, magnitudes >= 448 (and NaN) saturate to
