@@ -12,11 +12,21 @@ struct DTypeInfo {
   size_t size;
 };
 constexpr std::array<DTypeInfo, 16> kDTypes = {{
-    {DType::kBool, "BOOL", 1},   {DType::kU8, "U8", 1},           {DType::kI8, "I8", 1},
-    {DType::kF8E5M2, "F8_E5M2", 1}, {DType::kF8E4M3, "F8_E4M3", 1}, {DType::kF8E8M0, "F8_E8M0", 1},
-    {DType::kI16, "I16", 2},     {DType::kU16, "U16", 2},         {DType::kF16, "F16", 2},
-    {DType::kBF16, "BF16", 2},   {DType::kI32, "I32", 4},         {DType::kU32, "U32", 4},
-    {DType::kF32, "F32", 4},     {DType::kF64, "F64", 8},         {DType::kI64, "I64", 8},
+    {DType::kBool, "BOOL", 1},
+    {DType::kU8, "U8", 1},
+    {DType::kI8, "I8", 1},
+    {DType::kF8E5M2, "F8_E5M2", 1},
+    {DType::kF8E4M3, "F8_E4M3", 1},
+    {DType::kF8E8M0, "F8_E8M0", 1},
+    {DType::kI16, "I16", 2},
+    {DType::kU16, "U16", 2},
+    {DType::kF16, "F16", 2},
+    {DType::kBF16, "BF16", 2},
+    {DType::kI32, "I32", 4},
+    {DType::kU32, "U32", 4},
+    {DType::kF32, "F32", 4},
+    {DType::kF64, "F64", 8},
+    {DType::kI64, "I64", 8},
     {DType::kU64, "U64", 8},
 }};
 }  // namespace
@@ -72,8 +82,8 @@ uint16_t f32_to_f16(float f) {
   uint32_t abs = u & 0x7FFFFFFF;
   if (abs >= 0x7F800000) return sign | (abs > 0x7F800000 ? 0x7E00 : 0x7C00);
   if (abs >= 0x477FF000) return sign | 0x7C00;  // rounds to >= 65520: inf
-  if (abs < 0x38800000) {                        // below 2^-14: subnormal or zero
-    if (abs < 0x33000000) return sign;           // below half the smallest subnormal
+  if (abs < 0x38800000) {                       // below 2^-14: subnormal or zero
+    if (abs < 0x33000000) return sign;          // below half the smallest subnormal
     uint32_t e = abs >> 23;
     uint32_t m = (abs & 0x7FFFFF) | 0x800000;
     uint32_t shift = 126 - e;  // value = m * 2^(e-150); f16 subnormal unit is 2^-24

@@ -1,0 +1,13 @@
+// The tokenizer that belongs to a model: tokenizer.json of a directory, or the one rebuilt
+// from a GGUF file's metadata (the same one `tq import` writes).
+#pragma once
+
+#include "base/result.h"
+#include "model/model_source.h"
+#include "text/tokenizer.h"
+
+namespace tq {
+
+Result<Tokenizer> load_model_tokenizer(const ModelSource& m);
+
+}  // namespace tq
