@@ -1,0 +1,98 @@
+#include "eval/scoring.h"
+
+#include "eval/base_logits_file.h"
+
+namespace tq::eval {
+namespace {
+
+Status check_targets(std::span<const int32_t> window, int64_t vocab) {
+  for (int32_t t : window)
+    if (t < 0 || t >= vocab)
+      return err("token id {} outside the model's vocabulary of {}", t, vocab);
+  return ok_status();
+}
+
+}  // namespace
+
+Result<std::vector<double>> score_nll(const LogitsModel& model, const Windows& w,
+                                      const WindowProgress& progress) {
+  std::vector<double> nll;
+  nll.reserve(size_t(w.tokens_scored()));
+  std::vector<float> rows;
+  const size_t V = size_t(model.vocab);
+  for (int64_t i = 0; i < w.count; ++i) {
+    auto win = w.window(i);
+    TQ_CHECK_OK(check_targets(win, model.vocab));
+    rows.resize((win.size() - 1) * V);
+    TQ_CHECK_OK(model.window_logits(win.first(win.size() - 1), rows));
+    for (int64_t t = w.first_target; t < w.seq_len; ++t)
+      nll.push_back(token_nll({rows.data() + size_t(t - 1) * V, V}, win[t]));
+    if (progress) progress(i + 1, w.count);
+  }
+  return nll;
+}
+
+void KlTokens::add(const TokenCompare& c) {
+  kl.push_back(c.kl);
+  nll_base.push_back(c.nll_base);
+  nll_cand.push_back(c.nll_cand);
+  if (c.argmax_base == c.argmax_cand) {
+    ++agree;
+  } else {
+    ++flips;
+    if (c.base_gap <= kTieEps) ++flip_ties;
+  }
+}
+
+KlReport kl_report(const KlTokens& t) {
+  KlReport r;
+  r.kl = summarize(t.kl);
+  r.tokens = int64_t(t.kl.size());
+  r.top1_agreement = r.tokens ? double(t.agree) / double(r.tokens) : 0.0;
+  r.flips = t.flips;
+  r.flip_ties = t.flip_ties;
+  r.base = perplexity(t.nll_base);
+  r.cand = perplexity(t.nll_cand);
+  r.ppl_ratio = r.cand.ppl / r.base.ppl;
+  return r;
+}
+
+Result<KlTokens> score_kl(const Windows& w, const LogitsModel* base_model,
+                          const BaseLogitsReader* base_file, const LogitsModel& cand,
+                          BaseLogitsWriter* save, const WindowProgress& progress) {
+  const size_t V = size_t(cand.vocab);
+  if (base_model && base_model->vocab != cand.vocab)
+    return err("base and candidate vocabularies differ ({} vs {})", base_model->vocab, cand.vocab);
+  KlTokens out;
+  std::vector<float> base_rows, cand_rows;
+  for (int64_t i = 0; i < w.count; ++i) {
+    auto win = w.window(i);
+    TQ_CHECK_OK(check_targets(win, cand.vocab));
+    const size_t n = win.size() - 1;
+    cand_rows.resize(n * V);
+    TQ_CHECK_OK(cand.window_logits(win.first(n), cand_rows));
+    if (base_model) {
+      base_rows.resize(n * V);
+      TQ_CHECK_OK(base_model->window_logits(win.first(n), base_rows));
+      if (save) TQ_CHECK_OK(save->write_window(win, base_rows));
+      for (int64_t t = w.first_target; t < w.seq_len; ++t) {
+        size_t off = size_t(t - 1) * V;
+        out.add(compare_rows({base_rows.data() + off, V}, {cand_rows.data() + off, V}, win[t]));
+      }
+    } else {
+      for (int64_t t = w.first_target; t < w.seq_len; ++t) {
+        std::span<const float> c{cand_rows.data() + size_t(t - 1) * V, V};
+        int64_t j = t - w.first_target;
+        if (base_file->top_k() == 0) {
+          out.add(compare_rows(base_file->full_row(i, j), c, win[t]));
+        } else {
+          out.add(compare_topk(base_file->topk_row(i, j), c, win[t]));
+        }
+      }
+    }
+    if (progress) progress(i + 1, w.count);
+  }
+  return out;
+}
+
+}  // namespace tq::eval
