@@ -5,8 +5,8 @@
 #include <cmath>
 #include <random>
 
-#include "eval/base_logits_file.h"
 #include "../testing/test_files.h"
+#include "eval/base_logits_file.h"
 
 namespace tq::eval {
 namespace {
