@@ -1,0 +1,173 @@
+#include "text/added_vocab.h"
+
+#include <algorithm>
+
+#include "text/json_fields.h"
+#include "text/normalizer.h"
+#include "text/unicode.h"
+
+namespace tq::text {
+
+namespace {
+
+size_t prev_char_start(std::string_view s, size_t i) {
+  if (i == 0) return 0;
+  --i;
+  while (i > 0 && (static_cast<unsigned char>(s[i]) & 0xC0) == 0x80) --i;
+  return i;
+}
+
+bool ends_with_word(std::string_view s) {
+  if (s.empty()) return false;
+  size_t i = prev_char_start(s, s.size());
+  return is_word_char(next_code_point(s, i));
+}
+
+bool starts_with_word(std::string_view s) {
+  if (s.empty()) return false;
+  size_t i = 0;
+  return is_word_char(next_code_point(s, i));
+}
+
+// Start of the run of white space that ends `s`.
+size_t trailing_space_start(std::string_view s) {
+  size_t end = s.size();
+  while (end > 0) {
+    size_t i = prev_char_start(s, end);
+    size_t j = i;
+    if (!is_white_space(next_code_point(s, j))) break;
+    end = i;
+  }
+  return end;
+}
+
+// Length of the run of white space that starts `s`.
+size_t leading_space_len(std::string_view s) {
+  size_t i = 0;
+  while (i < s.size()) {
+    size_t j = i;
+    if (!is_white_space(next_code_point(s, j))) break;
+    i = j;
+  }
+  return i;
+}
+
+}  // namespace
+
+void AddedVocab::Trie::insert(std::string_view pattern, int32_t token) {
+  int32_t node = 0;
+  for (unsigned char b : pattern) {
+    auto& next = nodes[node].next;
+    auto it = std::lower_bound(next.begin(), next.end(), std::pair<uint8_t, int32_t>{b, -1});
+    if (it != next.end() && it->first == b) {
+      node = it->second;
+    } else {
+      int32_t fresh = static_cast<int32_t>(nodes.size());
+      next.insert(it, {b, fresh});
+      nodes.emplace_back();
+      node = fresh;
+    }
+  }
+  nodes[node].token = token;
+  first_byte[static_cast<unsigned char>(pattern[0])] = true;
+}
+
+std::pair<int32_t, size_t> AddedVocab::Trie::longest_at(std::string_view s, size_t i) const {
+  std::pair<int32_t, size_t> best{-1, 0};
+  int32_t node = 0;
+  for (size_t k = i; k < s.size(); ++k) {
+    const auto& next = nodes[node].next;
+    auto b = static_cast<uint8_t>(s[k]);
+    auto it = std::lower_bound(next.begin(), next.end(), std::pair<uint8_t, int32_t>{b, -1});
+    if (it == next.end() || it->first != b) break;
+    node = it->second;
+    if (nodes[node].token >= 0) best = {nodes[node].token, k + 1 - i};
+  }
+  return best;
+}
+
+Result<AddedVocab> AddedVocab::from_json(const nlohmann::json& list, const Bpe& model,
+                                         const Normalizer* normalizer,
+                                         const std::string& source) {
+  AddedVocab v;
+  if (list.is_null()) return v;
+  if (!list.is_array()) return err("{}: 'added_tokens' must be a list", source);
+  JsonWhere w{source, "added_tokens"};
+  for (const json& t : list) {
+    AddedToken tok;
+    TQ_TRY(tok.content, req_string(t, "content", w));
+    TQ_TRY(int64_t id, req_int(t, "id", 0, kMaxTokenId, w));
+    TQ_TRY(tok.special, opt_bool(t, "special", false, w));
+    TQ_TRY(tok.single_word, opt_bool(t, "single_word", false, w));
+    TQ_TRY(tok.lstrip, opt_bool(t, "lstrip", false, w));
+    TQ_TRY(tok.rstrip, opt_bool(t, "rstrip", false, w));
+    TQ_TRY(tok.normalized, opt_bool(t, "normalized", !tok.special, w));
+    if (tok.content.empty()) continue;  // tokenizers ignores empty added tokens
+    // A token already in the model vocabulary keeps the model's id, as tokenizers does.
+    tok.id = model.token_to_id(tok.content).value_or(static_cast<int32_t>(id));
+    v.max_id_ = std::max(v.max_id_, tok.id);
+    v.by_content_[tok.content] = tok.id;
+    v.by_id_[tok.id] = v.tokens_.size();
+    v.tokens_.push_back(std::move(tok));
+  }
+  for (size_t k = 0; k < v.tokens_.size(); ++k) {
+    const AddedToken& tok = v.tokens_[k];
+    if (!tok.normalized) {
+      v.raw_.insert(tok.content, static_cast<int32_t>(k));
+    } else {
+      std::string pattern = normalizer ? normalizer->apply(tok.content) : tok.content;
+      if (!pattern.empty()) v.normalized_.insert(pattern, static_cast<int32_t>(k));
+    }
+  }
+  return v;
+}
+
+void AddedVocab::split(std::string_view text, bool normalized_set,
+                       std::vector<TextPiece>& out) const {
+  const Trie& trie = normalized_set ? normalized_ : raw_;
+  size_t start_offset = 0;
+  size_t i = 0;
+  while (i < text.size()) {
+    if (!trie.first_byte[static_cast<unsigned char>(text[i])]) {
+      ++i;
+      continue;
+    }
+    auto [k, len] = trie.longest_at(text, i);
+    if (k < 0) {
+      ++i;
+      continue;
+    }
+    const AddedToken& tok = tokens_[k];
+    size_t start = i, stop = i + len;
+    i = stop;  // the next search starts after this match, kept or not
+    if (tok.single_word && (ends_with_word(text.substr(0, start)) ||
+                            starts_with_word(text.substr(stop)))) {
+      continue;
+    }
+    if (tok.lstrip) start = std::max(trailing_space_start(text.substr(0, start)), start_offset);
+    if (tok.rstrip) stop += leading_space_len(text.substr(stop));
+    start = std::min(start, stop);
+    if (start_offset < start) out.push_back({start_offset, start, -1});
+    out.push_back({start, stop, by_content_.find(tok.content)->second});
+    start_offset = stop;
+  }
+  if (start_offset < text.size()) out.push_back({start_offset, text.size(), -1});
+}
+
+const std::string* AddedVocab::content(int32_t id) const {
+  auto it = by_id_.find(id);
+  return it == by_id_.end() ? nullptr : &tokens_[it->second].content;
+}
+
+bool AddedVocab::is_special(int32_t id) const {
+  auto it = by_id_.find(id);
+  return it != by_id_.end() && tokens_[it->second].special;
+}
+
+std::optional<int32_t> AddedVocab::id_of(std::string_view content) const {
+  auto it = by_content_.find(content);
+  if (it == by_content_.end()) return std::nullopt;
+  return it->second;
+}
+
+}  // namespace tq::text
