@@ -29,10 +29,22 @@ class [[nodiscard]] Result {
 
   bool ok() const { return v_.index() == 0; }
   explicit operator bool() const { return ok(); }
-  T& value() & { assert(ok()); return std::get<0>(v_); }
-  const T& value() const& { assert(ok()); return std::get<0>(v_); }
-  T&& value() && { assert(ok()); return std::get<0>(std::move(v_)); }
-  const Error& error() const { assert(!ok()); return std::get<1>(v_); }
+  T& value() & {
+    assert(ok());
+    return std::get<0>(v_);
+  }
+  const T& value() const& {
+    assert(ok());
+    return std::get<0>(v_);
+  }
+  T&& value() && {
+    assert(ok());
+    return std::get<0>(std::move(v_));
+  }
+  const Error& error() const {
+    assert(!ok());
+    return std::get<1>(v_);
+  }
   T* operator->() { return &value(); }
   const T* operator->() const { return &value(); }
   T& operator*() & { return value(); }
@@ -64,14 +76,14 @@ inline Status ok_status() { return Status(); }
 
 // TQ_TRY(auto x, expr): unwraps a Result or returns its Error from the enclosing function.
 #define TQ_TRY(lhs, expr) TQ_TRY_IMPL_(TQ_CONCAT_(tq_try_, __LINE__), lhs, expr)
-#define TQ_TRY_IMPL_(tmp, lhs, expr)     \
-  auto tmp = (expr);                     \
-  if (!tmp.ok()) return tmp.error();     \
+#define TQ_TRY_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                 \
+  if (!tmp.ok()) return tmp.error(); \
   lhs = std::move(tmp).value()
 
 // TQ_CHECK_OK(expr): returns the Error of a failed Status/Result from the enclosing function.
-#define TQ_CHECK_OK(expr)                                     \
-  do {                                                        \
-    auto tq_status_ = (expr);                                 \
-    if (!tq_status_.ok()) return tq_status_.error();          \
+#define TQ_CHECK_OK(expr)                            \
+  do {                                               \
+    auto tq_status_ = (expr);                        \
+    if (!tq_status_.ok()) return tq_status_.error(); \
   } while (0)
