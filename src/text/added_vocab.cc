@@ -87,8 +87,7 @@ std::pair<int32_t, size_t> AddedVocab::Trie::longest_at(std::string_view s, size
 }
 
 Result<AddedVocab> AddedVocab::from_json(const nlohmann::json& list, const Bpe& model,
-                                         const Normalizer* normalizer,
-                                         const std::string& source) {
+                                         const Normalizer* normalizer, const std::string& source) {
   AddedVocab v;
   if (list.is_null()) return v;
   if (!list.is_array()) return err("{}: 'added_tokens' must be a list", source);
@@ -111,12 +110,12 @@ Result<AddedVocab> AddedVocab::from_json(const nlohmann::json& list, const Bpe& 
     v.tokens_.push_back(std::move(tok));
   }
   for (size_t k = 0; k < v.tokens_.size(); ++k) {
-    const AddedToken& tok = v.tokens_[k];
+    AddedToken& tok = v.tokens_[k];
+    tok.decoded = tok.normalized && normalizer ? normalizer->apply(tok.content) : tok.content;
     if (!tok.normalized) {
       v.raw_.insert(tok.content, static_cast<int32_t>(k));
-    } else {
-      std::string pattern = normalizer ? normalizer->apply(tok.content) : tok.content;
-      if (!pattern.empty()) v.normalized_.insert(pattern, static_cast<int32_t>(k));
+    } else if (!tok.decoded.empty()) {
+      v.normalized_.insert(tok.decoded, static_cast<int32_t>(k));
     }
   }
   return v;
@@ -140,8 +139,8 @@ void AddedVocab::split(std::string_view text, bool normalized_set,
     const AddedToken& tok = tokens_[k];
     size_t start = i, stop = i + len;
     i = stop;  // the next search starts after this match, kept or not
-    if (tok.single_word && (ends_with_word(text.substr(0, start)) ||
-                            starts_with_word(text.substr(stop)))) {
+    if (tok.single_word &&
+        (ends_with_word(text.substr(0, start)) || starts_with_word(text.substr(stop)))) {
       continue;
     }
     if (tok.lstrip) start = std::max(trailing_space_start(text.substr(0, start)), start_offset);
@@ -156,7 +155,7 @@ void AddedVocab::split(std::string_view text, bool normalized_set,
 
 const std::string* AddedVocab::content(int32_t id) const {
   auto it = by_id_.find(id);
-  return it == by_id_.end() ? nullptr : &tokens_[it->second].content;
+  return it == by_id_.end() ? nullptr : &tokens_[it->second].decoded;
 }
 
 bool AddedVocab::is_special(int32_t id) const {

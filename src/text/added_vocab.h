@@ -21,6 +21,7 @@ struct Normalizer;
 
 struct AddedToken {
   std::string content;
+  std::string decoded;  // what decode emits: the normalized content for `normalized` tokens
   int32_t id = 0;
   bool single_word = false, lstrip = false, rstrip = false, normalized = false, special = false;
 };
@@ -39,7 +40,8 @@ class AddedVocab {
   // Cuts `text` on the added tokens of one set (normalized or not); pieces cover the text.
   void split(std::string_view text, bool normalized_set, std::vector<TextPiece>& out) const;
 
-  const std::string* content(int32_t id) const;  // nullptr when `id` is not an added token
+  // The token's string for decoding; nullptr when `id` is not an added token.
+  const std::string* content(int32_t id) const;
   bool is_special(int32_t id) const;
   std::optional<int32_t> id_of(std::string_view content) const;
   int32_t max_id() const { return max_id_; }

@@ -18,8 +18,8 @@ Result<std::pair<std::string, std::string>> parse_merge(const json& m, size_t ra
     const std::string& line = m.get_ref<const std::string&>();
     size_t sp = line.find(' ');
     if (sp == std::string::npos || line.find(' ', sp + 1) != std::string::npos) {
-      return err("{}: {}: merge {} '{}' is not two tokens separated by one space", w.source,
-                 w.what, rank, line);
+      return err("{}: {}: merge {} '{}' is not two tokens separated by one space", w.source, w.what,
+                 rank, line);
     }
     return std::pair{line.substr(0, sp), line.substr(sp + 1)};
   }
@@ -87,8 +87,9 @@ Result<Bpe> Bpe::from_json(const json& model, const std::string& source) {
 
   const json* merges = find_field(model, "merges");
   if (merges && !merges->is_array()) return err("{}: model BPE: 'merges' must be an array", source);
+  std::unordered_map<uint64_t, MergeInfo> merge_map;
   if (merges) {
-    bpe.merges_.reserve(merges->size());
+    merge_map.reserve(merges->size());
     uint32_t rank = 0;
     for (const json& m : *merges) {
       // merges.txt heritage: "#version" lines are comments and take no rank
@@ -111,11 +112,42 @@ Result<Bpe> Bpe::from_json(const json& model, const std::string& source) {
                    merged);
       }
       // a repeated pair keeps its last rank, as a map built in file order does
-      bpe.merges_[pair_key(a->second, b->second)] = MergeInfo{rank, n->second};
+      merge_map[pair_key(a->second, b->second)] = MergeInfo{rank, n->second};
       ++rank;
     }
   }
+  bpe.table_.build(merge_map);
   return bpe;
+}
+
+static uint64_t mix(uint64_t x) {  // splitmix64 finalizer
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ULL;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+void Bpe::MergeTable::build(const std::unordered_map<uint64_t, MergeInfo>& m) {
+  size_t cap = 16;
+  while (cap < 2 * m.size()) cap *= 2;
+  keys.assign(cap, kEmpty);
+  values.assign(cap, MergeInfo{0, 0});
+  mask = cap - 1;
+  for (const auto& [k, v] : m) {
+    uint64_t i = mix(k) & mask;
+    while (keys[i] != kEmpty) i = (i + 1) & mask;
+    keys[i] = k;
+    values[i] = v;
+  }
+}
+
+const Bpe::MergeInfo* Bpe::MergeTable::find(uint64_t key) const {
+  if (keys.empty()) return nullptr;
+  for (uint64_t i = mix(key) & mask;; i = (i + 1) & mask) {
+    if (keys[i] == key) return &values[i];
+    if (keys[i] == kEmpty) return nullptr;
+  }
 }
 
 std::optional<int32_t> Bpe::token_to_id(std::string_view token) const {
@@ -127,11 +159,6 @@ std::optional<int32_t> Bpe::token_to_id(std::string_view token) const {
 const std::string* Bpe::id_to_token(int32_t id) const {
   if (id < 0 || static_cast<size_t>(id) >= id_to_token_.size() || !has_token_[id]) return nullptr;
   return &id_to_token_[id];
-}
-
-const Bpe::MergeInfo* Bpe::find_merge(int32_t a, int32_t b) const {
-  auto it = merges_.find(pair_key(a, b));
-  return it == merges_.end() ? nullptr : &it->second;
 }
 
 void Bpe::initial_symbols(std::string_view word, std::vector<int32_t>& ids) const {
@@ -176,50 +203,49 @@ void Bpe::initial_symbols(std::string_view word, std::vector<int32_t>& ids) cons
 
 void Bpe::merge_all(std::vector<int32_t>& ids) const {
   const size_t n = ids.size();
-  if (n < 2) return;
+  if (n < 2 || n > size_t{INT32_MAX}) return;  // positions are int32 (2^31 symbols per word)
+  // Queue entries ordered by (rank, position): lowest rank first, then leftmost.
   struct Entry {
-    uint32_t rank;
-    uint32_t pos;
+    uint64_t order;  // rank << 32 | position
     int32_t new_id;
   };
-  // lowest rank first, then leftmost position
-  auto later = [](const Entry& a, const Entry& b) {
-    return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;
+  auto later = [](const Entry& a, const Entry& b) { return a.order > b.order; };
+  auto entry = [](const MergeInfo& m, size_t pos) {
+    return Entry{(uint64_t{m.rank} << 32) | pos, m.new_id};
   };
-  std::vector<Entry> storage;
-  storage.reserve(n);
-  std::priority_queue<Entry, std::vector<Entry>, decltype(later)> queue(later, std::move(storage));
+  std::vector<Entry> initial;
+  initial.reserve(n);
   std::vector<int32_t> prev(n), next(n);
   std::vector<uint8_t> alive(n, 1);
   for (size_t i = 0; i < n; ++i) {
     prev[i] = static_cast<int32_t>(i) - 1;
     next[i] = i + 1 < n ? static_cast<int32_t>(i + 1) : -1;
     if (i + 1 < n) {
-      if (const MergeInfo* m = find_merge(ids[i], ids[i + 1])) {
-        queue.push({m->rank, static_cast<uint32_t>(i), m->new_id});
-      }
+      if (const MergeInfo* m = find_merge(ids[i], ids[i + 1])) initial.push_back(entry(*m, i));
     }
   }
+  std::priority_queue<Entry, std::vector<Entry>, decltype(later)> queue(later, std::move(initial));
   while (!queue.empty()) {
     Entry top = queue.top();
     queue.pop();
-    if (!alive[top.pos] || next[top.pos] < 0) continue;
-    int32_t right = next[top.pos];
-    const MergeInfo* m = find_merge(ids[top.pos], ids[right]);
+    const auto pos = static_cast<uint32_t>(top.order & 0xFFFFFFFFu);
+    if (!alive[pos] || next[pos] < 0) continue;
+    int32_t right = next[pos];
+    const MergeInfo* m = find_merge(ids[pos], ids[right]);
     if (!m || m->new_id != top.new_id) continue;  // stale entry: a neighbour merged first
-    ids[top.pos] = top.new_id;
+    ids[pos] = top.new_id;
     alive[right] = 0;
     int32_t after = next[right];
-    next[top.pos] = after;
-    if (after >= 0) prev[after] = static_cast<int32_t>(top.pos);
-    if (int32_t before = prev[top.pos]; before >= 0) {
-      if (const MergeInfo* mb = find_merge(ids[before], ids[top.pos])) {
-        queue.push({mb->rank, static_cast<uint32_t>(before), mb->new_id});
+    next[pos] = after;
+    if (after >= 0) prev[after] = static_cast<int32_t>(pos);
+    if (int32_t before = prev[pos]; before >= 0) {
+      if (const MergeInfo* mb = find_merge(ids[before], ids[pos])) {
+        queue.push(entry(*mb, static_cast<size_t>(before)));
       }
     }
     if (after >= 0) {
-      if (const MergeInfo* ma = find_merge(ids[top.pos], ids[after])) {
-        queue.push({ma->rank, top.pos, ma->new_id});
+      if (const MergeInfo* ma = find_merge(ids[pos], ids[after])) {
+        queue.push(entry(*ma, pos));
       }
     }
   }

@@ -22,8 +22,7 @@ struct StringHash {
 };
 using VocabMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 // Word -> ids, kept for the duration of one encode call (pre-tokenized words repeat a lot).
-using BpeCache =
-    std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>>;
+using BpeCache = std::unordered_map<std::string, std::vector<int32_t>, StringHash, std::equal_to<>>;
 
 class Bpe {
  public:
@@ -45,7 +44,16 @@ class Bpe {
   static uint64_t pair_key(int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);
   }
-  const MergeInfo* find_merge(int32_t a, int32_t b) const;
+  // Open-addressing table (pair key -> merge); BPE spends most of its time in these lookups.
+  struct MergeTable {
+    static constexpr uint64_t kEmpty = ~uint64_t{0};  // ids are < 2^24, so no pair has this key
+    std::vector<uint64_t> keys;
+    std::vector<MergeInfo> values;
+    uint64_t mask = 0;
+    void build(const std::unordered_map<uint64_t, MergeInfo>& m);
+    const MergeInfo* find(uint64_t key) const;
+  };
+  const MergeInfo* find_merge(int32_t a, int32_t b) const { return table_.find(pair_key(a, b)); }
   // Initial symbols of a word: one per character, then byte fallback / unk handling.
   void initial_symbols(std::string_view word, std::vector<int32_t>& ids) const;
   void merge_all(std::vector<int32_t>& ids) const;
@@ -53,7 +61,7 @@ class Bpe {
   VocabMap vocab_;
   std::vector<std::string> id_to_token_;
   std::vector<bool> has_token_;
-  std::unordered_map<uint64_t, MergeInfo> merges_;
+  MergeTable table_;
   std::optional<std::string> unk_token_;
   std::string prefix_;  // continuing_subword_prefix
   std::string suffix_;  // end_of_word_suffix

@@ -17,7 +17,7 @@ struct Decoder {
   Kind kind = Kind::kSequence;
   std::string text;     // Replace: literal pattern; Strip: the character; Metaspace: replacement
   std::string content;  // Replace: replacement
-  std::optional<Regex> regex;  // Replace with a regex pattern
+  std::optional<Regex> regex;              // Replace with a regex pattern
   size_t strip_start = 0, strip_stop = 0;  // Strip: how many to remove at each end
   bool prepend = true;                     // Metaspace: prepend_scheme is not "never"
   std::vector<Decoder> children;

@@ -40,8 +40,7 @@ inline Result<std::string> req_string(const json& obj, std::string_view key, con
   return *s;
 }
 
-inline Result<bool> opt_bool(const json& obj, std::string_view key, bool dflt,
-                             const JsonWhere& w) {
+inline Result<bool> opt_bool(const json& obj, std::string_view key, bool dflt, const JsonWhere& w) {
   const json* v = find_field(obj, key);
   if (!v) return dflt;
   if (!v->is_boolean()) return err("{}: {}: '{}' must be true or false", w.source, w.what, key);

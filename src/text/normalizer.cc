@@ -18,8 +18,7 @@ std::string replace_all(std::string_view s, std::string_view pattern, const Rege
     for (auto [a, b] : regex->find_all(s)) emit(a, b);
   } else if (!pattern.empty()) {  // an empty literal matches nowhere (as tokenizers)
     out.reserve(s.size());
-    for (size_t at = s.find(pattern); at != std::string_view::npos;
-         at = s.find(pattern, prev)) {
+    for (size_t at = s.find(pattern); at != std::string_view::npos; at = s.find(pattern, prev)) {
       emit(at, at + pattern.size());
     }
   }
@@ -55,14 +54,22 @@ std::string Normalizer::apply(std::string_view s) const {
       for (const Normalizer& c : children) cur = c.apply(cur);
       return cur;
     }
-    case Kind::kNFC: return normalize_unicode(s, NormalForm::kNFC);
-    case Kind::kNFD: return normalize_unicode(s, NormalForm::kNFD);
-    case Kind::kNFKC: return normalize_unicode(s, NormalForm::kNFKC);
-    case Kind::kNFKD: return normalize_unicode(s, NormalForm::kNFKD);
-    case Kind::kLowercase: return lowercase(s);
-    case Kind::kPrepend: return s.empty() ? std::string() : text + std::string(s);
-    case Kind::kReplace: return replace_all(s, text, regex ? &*regex : nullptr, content);
-    case Kind::kStrip: return strip_spaces(s, strip_left, strip_right);
+    case Kind::kNFC:
+      return normalize_unicode(s, NormalForm::kNFC);
+    case Kind::kNFD:
+      return normalize_unicode(s, NormalForm::kNFD);
+    case Kind::kNFKC:
+      return normalize_unicode(s, NormalForm::kNFKC);
+    case Kind::kNFKD:
+      return normalize_unicode(s, NormalForm::kNFKD);
+    case Kind::kLowercase:
+      return lowercase(s);
+    case Kind::kPrepend:
+      return s.empty() ? std::string() : text + std::string(s);
+    case Kind::kReplace:
+      return replace_all(s, text, regex ? &*regex : nullptr, content);
+    case Kind::kStrip:
+      return strip_spaces(s, strip_left, strip_right);
   }
   return std::string(s);
 }
@@ -76,7 +83,8 @@ Result<std::optional<Normalizer>> parse_normalizer(const nlohmann::json& j,
   Normalizer n;
   if (type == "Sequence") {
     const json* list = find_field(j, "normalizers");
-    if (!list || !list->is_array()) return err("{}: {}: 'normalizers' must be a list", source, w.what);
+    if (!list || !list->is_array())
+      return err("{}: {}: 'normalizers' must be a list", source, w.what);
     for (const json& c : *list) {
       TQ_TRY(auto child, parse_normalizer(c, source));
       if (child) n.children.push_back(std::move(*child));

@@ -16,8 +16,8 @@ namespace tq::text {
 struct Normalizer {
   enum class Kind { kSequence, kNFC, kNFD, kNFKC, kNFKD, kLowercase, kPrepend, kReplace, kStrip };
   Kind kind = Kind::kSequence;
-  std::string text;     // Prepend: the prefix; Replace: the literal pattern
-  std::string content;  // Replace: the replacement
+  std::string text;            // Prepend: the prefix; Replace: the literal pattern
+  std::string content;         // Replace: the replacement
   std::optional<Regex> regex;  // Replace with a {"Regex": ...} pattern
   bool strip_left = false, strip_right = false;
   std::vector<Normalizer> children;  // Sequence

@@ -78,7 +78,8 @@ Result<std::optional<PostProcessor>> parse_post_processor(const nlohmann::json& 
   if (type == "Sequence") {
     p.kind = PostProcessor::Kind::kSequence;
     const json* list = find_field(j, "processors");
-    if (!list || !list->is_array()) return err("{}: {}: 'processors' must be a list", source, w.what);
+    if (!list || !list->is_array())
+      return err("{}: {}: 'processors' must be a list", source, w.what);
     for (const json& c : *list) {
       TQ_TRY(auto child, parse_post_processor(c, source));
       if (child) p.children.push_back(std::move(*child));

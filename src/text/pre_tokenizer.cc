@@ -151,8 +151,9 @@ void PreTokenizer::apply(std::vector<TextSplit>& splits) const {
         if (add_prefix_space && !sp.text.starts_with(' ')) sp.text.insert(0, 1, ' ');
         size_t first = out.size();
         if (use_regex) {
-          emit_ranges(sp, apply_behavior(regex_segments(gpt2_regex(), sp.text, false),
-                                         SplitBehavior::kIsolated),
+          emit_ranges(sp,
+                      apply_behavior(regex_segments(gpt2_regex(), sp.text, false),
+                                     SplitBehavior::kIsolated),
                       out);
         } else if (!sp.text.empty()) {
           out.push_back(std::move(sp));
@@ -170,14 +171,15 @@ void PreTokenizer::apply(std::vector<TextSplit>& splits) const {
         break;
       case Kind::kDigits:
         emit_ranges(sp,
-                    apply_behavior(char_segments(sp.text, is_numeric),
-                                   individual_digits ? SplitBehavior::kIsolated
-                                                     : SplitBehavior::kContiguous),
+                    apply_behavior(
+                        char_segments(sp.text, is_numeric),
+                        individual_digits ? SplitBehavior::kIsolated : SplitBehavior::kContiguous),
                     out);
         break;
       case Kind::kMetaspace: {
         std::string text = replace_spaces(sp.text);
-        bool prepend_here = prepend == Prepend::kAlways || (prepend == Prepend::kFirst && sp.at_origin);
+        bool prepend_here =
+            prepend == Prepend::kAlways || (prepend == Prepend::kFirst && sp.at_origin);
         if (prepend_here && !text.starts_with(replacement)) text.insert(0, replacement);
         TextSplit t{std::move(text), sp.at_origin};
         if (split) {

@@ -29,9 +29,9 @@ struct PreTokenizer {
   bool use_regex = true;          // ByteLevel
   std::optional<Regex> regex;     // Split (literal patterns are compiled as escaped regexes)
   SplitBehavior behavior = SplitBehavior::kIsolated;
-  bool invert = false;            // Split
-  bool individual_digits = false;   // Digits
-  std::string replacement;          // Metaspace (one character)
+  bool invert = false;                 // Split
+  bool individual_digits = false;      // Digits
+  std::string replacement;             // Metaspace (one character)
   Prepend prepend = Prepend::kAlways;  // Metaspace
   bool split = true;                   // Metaspace
   std::vector<PreTokenizer> children;  // Sequence

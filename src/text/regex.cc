@@ -90,9 +90,9 @@ Result<Regex> Regex::compile(std::string_view pattern, const std::string& source
   std::string translated = onig_to_pcre2(pattern);
   int errcode = 0;
   PCRE2_SIZE erroff = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()),
-                                   translated.size(), PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE,
-                                   &errcode, &erroff, nullptr);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
+                    PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, &errcode, &erroff, nullptr);
   if (!code) {
     PCRE2_UCHAR buf[256];
     pcre2_get_error_message(errcode, buf, sizeof(buf));

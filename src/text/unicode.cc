@@ -104,8 +104,15 @@ std::string utf8_lossy(std::string_view s) {
 bool is_white_space(char32_t cp) {
   if (cp >= 0x09 && cp <= 0x0D) return true;
   switch (cp) {
-    case 0x20: case 0x85: case 0xA0: case 0x1680: case 0x2028: case 0x2029: case 0x202F:
-    case 0x205F: case 0x3000:
+    case 0x20:
+    case 0x85:
+    case 0xA0:
+    case 0x1680:
+    case 0x2028:
+    case 0x2029:
+    case 0x202F:
+    case 0x205F:
+    case 0x3000:
       return true;
     default:
       return cp >= 0x2000 && cp <= 0x200A;
@@ -125,10 +132,17 @@ bool is_word_char(char32_t cp) {
   }
   if (cp == 0x200C || cp == 0x200D) return true;  // Join_Control
   switch (utf8proc_category(static_cast<utf8proc_int32_t>(cp))) {
-    case UTF8PROC_CATEGORY_LU: case UTF8PROC_CATEGORY_LL: case UTF8PROC_CATEGORY_LT:
-    case UTF8PROC_CATEGORY_LM: case UTF8PROC_CATEGORY_LO: case UTF8PROC_CATEGORY_NL:
-    case UTF8PROC_CATEGORY_MN: case UTF8PROC_CATEGORY_MC: case UTF8PROC_CATEGORY_ME:
-    case UTF8PROC_CATEGORY_ND: case UTF8PROC_CATEGORY_PC:
+    case UTF8PROC_CATEGORY_LU:
+    case UTF8PROC_CATEGORY_LL:
+    case UTF8PROC_CATEGORY_LT:
+    case UTF8PROC_CATEGORY_LM:
+    case UTF8PROC_CATEGORY_LO:
+    case UTF8PROC_CATEGORY_NL:
+    case UTF8PROC_CATEGORY_MN:
+    case UTF8PROC_CATEGORY_MC:
+    case UTF8PROC_CATEGORY_ME:
+    case UTF8PROC_CATEGORY_ND:
+    case UTF8PROC_CATEGORY_PC:
       return true;
     default:
       return false;
@@ -146,10 +160,18 @@ std::string normalize_unicode(std::string_view s, NormalForm form) {
   if (is_ascii(s)) return std::string(s);  // ASCII is invariant under all four forms
   int opts = UTF8PROC_STABLE;
   switch (form) {
-    case NormalForm::kNFC: opts |= UTF8PROC_COMPOSE; break;
-    case NormalForm::kNFD: opts |= UTF8PROC_DECOMPOSE; break;
-    case NormalForm::kNFKC: opts |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT; break;
-    case NormalForm::kNFKD: opts |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT; break;
+    case NormalForm::kNFC:
+      opts |= UTF8PROC_COMPOSE;
+      break;
+    case NormalForm::kNFD:
+      opts |= UTF8PROC_DECOMPOSE;
+      break;
+    case NormalForm::kNFKC:
+      opts |= UTF8PROC_COMPOSE | UTF8PROC_COMPAT;
+      break;
+    case NormalForm::kNFKD:
+      opts |= UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT;
+      break;
   }
   utf8proc_uint8_t* dst = nullptr;
   utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(s.data()),
