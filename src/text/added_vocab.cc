@@ -68,7 +68,7 @@ void AddedVocab::Trie::insert(std::string_view pattern, int32_t token) {
       node = fresh;
     }
   }
-  nodes[node].token = token;
+  if (nodes[node].token < 0) nodes[node].token = token;  // a repeated pattern: the first wins
   first_byte[static_cast<unsigned char>(pattern[0])] = true;
 }
 
@@ -86,12 +86,18 @@ std::pair<int32_t, size_t> AddedVocab::Trie::longest_at(std::string_view s, size
   return best;
 }
 
+static bool same_token(const AddedToken& a, const AddedToken& b) {
+  return a.content == b.content && a.single_word == b.single_word && a.lstrip == b.lstrip &&
+         a.rstrip == b.rstrip && a.normalized == b.normalized && a.special == b.special;
+}
+
 Result<AddedVocab> AddedVocab::from_json(const nlohmann::json& list, const Bpe& model,
                                          const Normalizer* normalizer, const std::string& source) {
   AddedVocab v;
   if (list.is_null()) return v;
   if (!list.is_array()) return err("{}: 'added_tokens' must be a list", source);
   JsonWhere w{source, "added_tokens"};
+  std::vector<AddedToken> parsed;
   for (const json& t : list) {
     AddedToken tok;
     TQ_TRY(tok.content, req_string(t, "content", w));
@@ -101,22 +107,53 @@ Result<AddedVocab> AddedVocab::from_json(const nlohmann::json& list, const Bpe& 
     TQ_TRY(tok.lstrip, opt_bool(t, "lstrip", false, w));
     TQ_TRY(tok.rstrip, opt_bool(t, "rstrip", false, w));
     TQ_TRY(tok.normalized, opt_bool(t, "normalized", !tok.special, w));
-    if (tok.content.empty()) continue;  // tokenizers ignores empty added tokens
-    // A token already in the model vocabulary keeps the model's id, as tokenizers does.
-    tok.id = model.token_to_id(tok.content).value_or(static_cast<int32_t>(id));
-    v.max_id_ = std::max(v.max_id_, tok.id);
-    v.by_content_[tok.content] = tok.id;
-    v.by_id_[tok.id] = v.tokens_.size();
-    v.tokens_.push_back(std::move(tok));
+    tok.id = static_cast<int32_t>(id);
+    if (!tok.content.empty()) parsed.push_back(std::move(tok));  // empty ones are ignored
   }
-  for (size_t k = 0; k < v.tokens_.size(); ++k) {
-    AddedToken& tok = v.tokens_[k];
-    tok.decoded = tok.normalized && normalizer ? normalizer->apply(tok.content) : tok.content;
-    if (!tok.normalized) {
-      v.raw_.insert(tok.content, static_cast<int32_t>(k));
-    } else if (!tok.decoded.empty()) {
-      v.normalized_.insert(tok.decoded, static_cast<int32_t>(k));
+  // Trie order as tokenizers builds it: special tokens first (each content once), then the rest.
+  std::vector<const AddedToken*> order;
+  for (const AddedToken& t : parsed) {
+    if (t.special && v.special_.insert(t.content).second) order.push_back(&t);
+  }
+  const int64_t vocab_len = model.entries();
+  int64_t max_assigned = -1;
+  for (AddedToken& t : parsed) {
+    bool duplicate = false;
+    if (auto it = v.by_content_.find(t.content); it != v.by_content_.end()) {
+      duplicate = same_token(v.by_id_.at(it->second), t);
     }
+    if (duplicate) continue;
+    int64_t id;
+    if (auto it = v.by_content_.find(t.content); it != v.by_content_.end()) {
+      id = it->second;
+    } else if (auto mid = model.token_to_id(t.content)) {
+      id = *mid;
+    } else if (max_assigned < 0) {
+      id = vocab_len;
+    } else {
+      id = (max_assigned >= vocab_len || vocab_len == 0) ? max_assigned + 1 : vocab_len;
+    }
+    if (id > kMaxTokenId)
+      return err("{}: added token '{}' gets id {} (too many)", source, t.content, id);
+    max_assigned = std::max(max_assigned, id);
+    t.id = static_cast<int32_t>(id);
+    v.by_content_[t.content] = t.id;
+    v.by_id_[t.id] = t;
+    v.max_id_ = std::max(v.max_id_, t.id);
+    if (!v.special_.count(t.content)) order.push_back(&t);
+  }
+  for (const AddedToken* t : order) {
+    int32_t id = v.by_content_.at(t->content);
+    if (!t->normalized) {
+      v.raw_.insert(t->content, id);
+    } else {
+      std::string pattern = normalizer ? normalizer->apply(t->content) : t->content;
+      if (!pattern.empty()) v.normalized_.insert(pattern, id);
+    }
+  }
+  // decode gives a normalized token's normalized form, as tokenizers does
+  for (auto& [id, t] : v.by_id_) {
+    t.decoded = t.normalized && normalizer ? normalizer->apply(t.content) : t.content;
   }
   return v;
 }
@@ -131,12 +168,12 @@ void AddedVocab::split(std::string_view text, bool normalized_set,
       ++i;
       continue;
     }
-    auto [k, len] = trie.longest_at(text, i);
-    if (k < 0) {
+    auto [id, len] = trie.longest_at(text, i);
+    if (id < 0) {
       ++i;
       continue;
     }
-    const AddedToken& tok = tokens_[k];
+    const AddedToken& tok = by_id_.at(id);
     size_t start = i, stop = i + len;
     i = stop;  // the next search starts after this match, kept or not
     if (tok.single_word &&
@@ -147,7 +184,7 @@ void AddedVocab::split(std::string_view text, bool normalized_set,
     if (tok.rstrip) stop += leading_space_len(text.substr(stop));
     start = std::min(start, stop);
     if (start_offset < start) out.push_back({start_offset, start, -1});
-    out.push_back({start, stop, by_content_.find(tok.content)->second});
+    out.push_back({start, stop, id});
     start_offset = stop;
   }
   if (start_offset < text.size()) out.push_back({start_offset, text.size(), -1});
@@ -155,12 +192,12 @@ void AddedVocab::split(std::string_view text, bool normalized_set,
 
 const std::string* AddedVocab::content(int32_t id) const {
   auto it = by_id_.find(id);
-  return it == by_id_.end() ? nullptr : &tokens_[it->second].decoded;
+  return it == by_id_.end() ? nullptr : &it->second.decoded;
 }
 
 bool AddedVocab::is_special(int32_t id) const {
   auto it = by_id_.find(id);
-  return it != by_id_.end() && tokens_[it->second].special;
+  return it != by_id_.end() && special_.count(it->second.content);
 }
 
 std::optional<int32_t> AddedVocab::id_of(std::string_view content) const {

@@ -1,5 +1,7 @@
 // tokenizer.json "added_tokens": matched in the text before the model sees it, leftmost-longest,
 // honouring single_word / lstrip / rstrip; `normalized` ones match the normalized text.
+// Ids follow the tokenizers crate, not the file: a token in the model vocabulary keeps its id,
+// others are numbered on from the vocabulary size (the same ids for every consistent file).
 #pragma once
 
 #include <cstdint>
@@ -45,25 +47,25 @@ class AddedVocab {
   bool is_special(int32_t id) const;
   std::optional<int32_t> id_of(std::string_view content) const;
   int32_t max_id() const { return max_id_; }
-  bool empty() const { return tokens_.empty(); }
+  bool empty() const { return by_id_.empty(); }
 
  private:
   // A byte trie over one set's patterns; node 0 is the root.
   struct Trie {
     struct Node {
       std::vector<std::pair<uint8_t, int32_t>> next;  // sorted by byte
-      int32_t token = -1;                             // index into tokens_
+      int32_t token = -1;                             // token id
     };
     std::vector<Node> nodes{1};
     bool first_byte[256] = {};
     void insert(std::string_view pattern, int32_t token);
-    // Longest pattern starting at s[i]: its token index and length, or token -1.
+    // Longest pattern starting at s[i]: its token id and length, or id -1.
     std::pair<int32_t, size_t> longest_at(std::string_view s, size_t i) const;
   };
 
-  std::vector<AddedToken> tokens_;
-  std::unordered_map<int32_t, size_t> by_id_;
+  std::unordered_map<int32_t, AddedToken> by_id_;  // the latest token given each id
   std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> by_content_;
+  std::unordered_set<std::string> special_;  // contents of special tokens
   Trie raw_, normalized_;
   int32_t max_id_ = -1;
 };

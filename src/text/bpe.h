@@ -35,6 +35,7 @@ class Bpe {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   const std::string* id_to_token(int32_t id) const;  // nullptr when the id has no token
   int64_t id_bound() const { return static_cast<int64_t>(id_to_token_.size()); }
+  int64_t entries() const { return static_cast<int64_t>(vocab_.size()); }
 
  private:
   struct MergeInfo {

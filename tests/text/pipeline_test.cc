@@ -46,31 +46,35 @@ TEST(AddedTokens, SplitBeforeTheModelLeftmostLongest) {
   j["added_tokens"] = {added(100, "<s>", true), added(101, "<s><s>", true),
                        added(102, "ab", false)};
   Tokenizer t = load(j);
+  // As in tokenizers, the ids in the file (100..102) are not used: tokens outside the model
+  // vocabulary are numbered on from its size (28), in file order.
+  EXPECT_EQ(t.token_to_id("<s>"), 28);
+  EXPECT_EQ(t.token_to_id("<s><s>"), 29);
+  EXPECT_EQ(t.token_to_id("ab"), 30);
   // "<s><s>" wins over "<s>" (longest at the leftmost start); "ab" is one token
-  EXPECT_EQ(t.encode("x<s><s>abc<s>"), (Ids{23, 101, 102, 2, 100}));
-  EXPECT_TRUE(t.is_special(100));
-  EXPECT_FALSE(t.is_special(102));
-  EXPECT_EQ(t.token_to_id("<s><s>"), 101);
-  EXPECT_EQ(t.vocab_size(), 103);
-  EXPECT_EQ(t.decode(Ids{23, 100, 102}), "x <s> ab");  // no decoder: joined with spaces
-  EXPECT_EQ(t.decode(Ids{23, 100, 102}, /*skip_special=*/true), "x ab");
+  EXPECT_EQ(t.encode("x<s><s>abc<s>"), (Ids{23, 29, 30, 2, 28}));
+  EXPECT_TRUE(t.is_special(28));
+  EXPECT_FALSE(t.is_special(30));
+  EXPECT_EQ(t.vocab_size(), 31);
+  EXPECT_EQ(t.decode(Ids{23, 28, 30}), "x <s> ab");  // no decoder: joined with spaces
+  EXPECT_EQ(t.decode(Ids{23, 28, 30}, /*skip_special=*/true), "x ab");
 }
 
 TEST(AddedTokens, LstripRstripTakeTheSurroundingSpaces) {
   json j = base(char_vocab());
   j["added_tokens"] = {added(100, "<m>", true, {{"lstrip", true}, {"rstrip", true}})};
   Tokenizer t = load(j);
-  EXPECT_EQ(t.encode("a  <m>  b"), (Ids{0, 100, 1}));
+  EXPECT_EQ(t.encode("a  <m>  b"), (Ids{0, 28, 1}));
   json k = base(char_vocab());
   k["added_tokens"] = {added(100, "<m>", true)};
-  EXPECT_EQ(load(k).encode("a <m> b"), (Ids{0, 26, 100, 26, 1}));
+  EXPECT_EQ(load(k).encode("a <m> b"), (Ids{0, 26, 28, 26, 1}));
 }
 
 TEST(AddedTokens, SingleWordOnlyMatchesWholeWords) {
   json j = base(char_vocab());
   j["added_tokens"] = {added(100, "hi", false, {{"single_word", true}})};
   Tokenizer t = load(j);
-  EXPECT_EQ(t.encode("hi there"), (Ids{100, 26, 19, 7, 4, 17, 4}));
+  EXPECT_EQ(t.encode("hi there"), (Ids{28, 26, 19, 7, 4, 17, 4}));
   EXPECT_EQ(t.encode("chip"), (Ids{2, 7, 8, 15}));  // inside a word: not the added token
 }
 
@@ -80,9 +84,9 @@ TEST(AddedTokens, NormalizedTokensMatchTheNormalizedText) {
   j["added_tokens"] = {added(100, "Hello", false, {{"normalized", true}}),
                        added(101, "BYE", false, {{"normalized", false}})};
   Tokenizer t = load(j);
-  EXPECT_EQ(t.encode("HELLO hello"), (Ids{100, 26, 100}));
-  EXPECT_EQ(t.encode("BYE bye"), (Ids{101, 26, 1, 24, 4}));
-  EXPECT_EQ(t.decode(Ids{100}), "hello");  // decodes as its normalized form, as tokenizers
+  EXPECT_EQ(t.encode("HELLO hello"), (Ids{28, 26, 28}));
+  EXPECT_EQ(t.encode("BYE bye"), (Ids{29, 26, 1, 24, 4}));
+  EXPECT_EQ(t.decode(Ids{28}), "hello");  // decodes as its normalized form, as tokenizers
 }
 
 // Llama-2: Prepend + Replace normalizer, byte fallback, BOS template, and the decoder chain
