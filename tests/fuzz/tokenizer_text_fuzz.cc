@@ -4,6 +4,7 @@
 // pipeline is lossless by design.
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,7 +51,12 @@ json byte_level_model() {
 }
 
 tq::Tokenizer make(const json& j) {
-  return std::move(tq::Tokenizer::from_json(j.dump(), "e").value());
+  auto t = tq::Tokenizer::from_json(j.dump(), "embedded");
+  if (!t.ok()) {
+    std::fprintf(stderr, "%s\n", t.error().message.c_str());
+    __builtin_trap();
+  }
+  return std::move(t).value();
 }
 
 struct Fixture {
@@ -68,8 +74,8 @@ struct Fixture {
          {{{"type", "Split"}, {"pattern", {{"Regex", kQwenSplit}}}, {"behavior", "Isolated"}},
           {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}}}};
     j["decoder"] = {{"type", "ByteLevel"}};
-    j["added_tokens"] = {added(300, "<|im_start|>", true),
-                         added(301, "<think>", false, false, true)};
+    j["added_tokens"] =
+        json::array({added(300, "<|im_start|>", true), added(301, "<think>", false, false, true)});
     if (normalized) {
       j["normalizer"] = {{"type", "Sequence"},
                          {"normalizers", {{{"type", "NFC"}}, {{"type", "Lowercase"}}}}};
@@ -93,13 +99,14 @@ struct Fixture {
                 {"unk_token", "<unk>"},
                 {"fuse_unk", true},
                 {"byte_fallback", true}}}};
-    j["added_tokens"] = {added(1, "<s>", true)};
+    j["added_tokens"] = json::array({added(1, "<s>", true)});
     j["post_processor"] = {
         {"type", "TemplateProcessing"},
         {"single",
          {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
           {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
-        {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {1}}, {"tokens", {"<s>"}}}}}}};
+        {"special_tokens",
+         {{"<s>", {{"id", "<s>"}, {"ids", json::array({1})}, {"tokens", json::array({"<s>"})}}}}}};
     j["normalizer"] = {
         {"type", "Sequence"},
         {"normalizers",

@@ -37,7 +37,7 @@ TEST(Bpe, LowestRankMergesFirst) {
 }
 
 TEST(Bpe, EqualRanksMergeLeftmostFirst) {
-  Tokenizer t = load(bpe_json(kAbcVocab, {"a a"}));
+  Tokenizer t = load(bpe_json(kAbcVocab, json::array({"a a"})));
   EXPECT_EQ(t.encode("aaa"), (Ids{6, 0}));
   EXPECT_EQ(t.encode("aaaa"), (Ids{6, 6}));
   EXPECT_EQ(t.encode("aaaaa"), (Ids{6, 6, 0}));
@@ -93,11 +93,12 @@ TEST(Bpe, UnknownCharactersFuseOrNot) {
 
 TEST(Bpe, ContinuingSubwordPrefixAndEndOfWordSuffix) {
   json vocab = {{"a", 0}, {"##b", 1}, {"ab", 2}, {"##c", 3}};
-  Tokenizer t = load(bpe_json(vocab, {"a ##b"}, {{"continuing_subword_prefix", "##"}}));
+  Tokenizer t =
+      load(bpe_json(vocab, json::array({"a ##b"}), {{"continuing_subword_prefix", "##"}}));
   EXPECT_EQ(t.encode("ab"), (Ids{2}));
   EXPECT_EQ(t.encode("abc"), (Ids{2, 3}));
   json vocab2 = {{"a", 0}, {"b</w>", 1}, {"ab</w>", 2}};
-  Tokenizer s = load(bpe_json(vocab2, {"a b</w>"}, {{"end_of_word_suffix", "</w>"}}));
+  Tokenizer s = load(bpe_json(vocab2, json::array({"a b</w>"}), {{"end_of_word_suffix", "</w>"}}));
   EXPECT_EQ(s.encode("ab"), (Ids{2}));
 }
 
@@ -107,7 +108,7 @@ TEST(Bpe, VersionLinesInMergesTakeNoRank) {
 }
 
 TEST(Bpe, DecodeWithoutDecoderJoinsWithSpaces) {
-  Tokenizer t = load(bpe_json(kAbcVocab, {"a b"}));
+  Tokenizer t = load(bpe_json(kAbcVocab, json::array({"a b"})));
   EXPECT_EQ(t.decode(Ids{3, 2, 999, -1}), "ab c");  // unknown ids are skipped
   EXPECT_EQ(t.vocab_size(), 7);
   EXPECT_EQ(t.token_to_id("bc"), 4);

@@ -12,7 +12,9 @@ using nlohmann::json;
 
 json minimal() {
   return {{"model",
-           {{"type", "BPE"}, {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}}}, {"merges", {"a b"}}}}};
+           {{"type", "BPE"},
+            {"vocab", {{"a", 0}, {"b", 1}, {"ab", 2}}},
+            {"merges", json::array({"a b"})}}}};
 }
 
 // Loads `j` and returns the error message ("" when it loads).
@@ -46,7 +48,8 @@ TEST(TokenizerErrors, UnsupportedComponentsAreNamed) {
   j["normalizer"] = {{"type", "BertNormalizer"}};
   expect_error(j, "normalizer type 'BertNormalizer' is not supported");
   j = minimal();
-  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", {{{"type", "Precompiled"}}}}};
+  j["normalizer"] = {{"type", "Sequence"},
+                     {"normalizers", json::array({{{"type", "Precompiled"}}})}};
   expect_error(j, "normalizer type 'Precompiled'");
   j = minimal();
   j["pre_tokenizer"] = {{"type", "Whitespace"}};
@@ -61,10 +64,10 @@ TEST(TokenizerErrors, UnsupportedComponentsAreNamed) {
 
 TEST(TokenizerErrors, BadModelContents) {
   json j = minimal();
-  j["model"]["merges"] = {"a c"};
+  j["model"]["merges"] = json::array({"a c"});
   expect_error(j, "not in the vocabulary");
   j = minimal();
-  j["model"]["merges"] = {"a b c"};
+  j["model"]["merges"] = json::array({"a b c"});
   expect_error(j, "merge 0");
   j = minimal();
   j["model"]["vocab"]["x"] = -3;
@@ -97,15 +100,16 @@ TEST(TokenizerErrors, BadComponentContents) {
   j["pre_tokenizer"]["behavior"] = "Sideways";
   expect_error(j, "unknown behavior 'Sideways'");
   j = minimal();
-  j["post_processor"] = {{"type", "TemplateProcessing"},
-                         {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}}},
-                         {"special_tokens", json::object()}};
+  j["post_processor"] = {
+      {"type", "TemplateProcessing"},
+      {"single", json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}})},
+      {"special_tokens", json::object()}};
   expect_error(j, "special token '<s>' is missing");
   j = minimal();
   j["decoder"] = {{"type", "Strip"}, {"content", "ab"}, {"start", 1}, {"stop", 0}};
   expect_error(j, "exactly one character");
   j = minimal();
-  j["added_tokens"] = {{{"id", -1}, {"content", "<s>"}}};
+  j["added_tokens"] = json::array({{{"id", -1}, {"content", "<s>"}}});
   expect_error(j, "'id' out of range");
 }
 

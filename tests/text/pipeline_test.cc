@@ -43,8 +43,8 @@ json base(json vocab, json merges = json::array()) {
 
 TEST(AddedTokens, SplitBeforeTheModelLeftmostLongest) {
   json j = base(char_vocab());
-  j["added_tokens"] = {added(100, "<s>", true), added(101, "<s><s>", true),
-                       added(102, "ab", false)};
+  j["added_tokens"] =
+      json::array({added(100, "<s>", true), added(101, "<s><s>", true), added(102, "ab", false)});
   Tokenizer t = load(j);
   // As in tokenizers, the ids in the file (100..102) are not used: tokens outside the model
   // vocabulary are numbered on from its size (28), in file order.
@@ -62,17 +62,17 @@ TEST(AddedTokens, SplitBeforeTheModelLeftmostLongest) {
 
 TEST(AddedTokens, LstripRstripTakeTheSurroundingSpaces) {
   json j = base(char_vocab());
-  j["added_tokens"] = {added(100, "<m>", true, {{"lstrip", true}, {"rstrip", true}})};
+  j["added_tokens"] = json::array({added(100, "<m>", true, {{"lstrip", true}, {"rstrip", true}})});
   Tokenizer t = load(j);
   EXPECT_EQ(t.encode("a  <m>  b"), (Ids{0, 28, 1}));
   json k = base(char_vocab());
-  k["added_tokens"] = {added(100, "<m>", true)};
+  k["added_tokens"] = json::array({added(100, "<m>", true)});
   EXPECT_EQ(load(k).encode("a <m> b"), (Ids{0, 26, 28, 26, 1}));
 }
 
 TEST(AddedTokens, SingleWordOnlyMatchesWholeWords) {
   json j = base(char_vocab());
-  j["added_tokens"] = {added(100, "hi", false, {{"single_word", true}})};
+  j["added_tokens"] = json::array({added(100, "hi", false, {{"single_word", true}})});
   Tokenizer t = load(j);
   EXPECT_EQ(t.encode("hi there"), (Ids{28, 26, 19, 7, 4, 17, 4}));
   EXPECT_EQ(t.encode("chip"), (Ids{2, 7, 8, 15}));  // inside a word: not the added token
@@ -81,8 +81,8 @@ TEST(AddedTokens, SingleWordOnlyMatchesWholeWords) {
 TEST(AddedTokens, NormalizedTokensMatchTheNormalizedText) {
   json j = base(char_vocab());
   j["normalizer"] = {{"type", "Lowercase"}};
-  j["added_tokens"] = {added(100, "Hello", false, {{"normalized", true}}),
-                       added(101, "BYE", false, {{"normalized", false}})};
+  j["added_tokens"] = json::array({added(100, "Hello", false, {{"normalized", true}}),
+                                   added(101, "BYE", false, {{"normalized", false}})});
   Tokenizer t = load(j);
   EXPECT_EQ(t.encode("HELLO hello"), (Ids{28, 26, 28}));
   EXPECT_EQ(t.encode("BYE bye"), (Ids{29, 26, 1, 24, 4}));
@@ -93,10 +93,10 @@ TEST(AddedTokens, NormalizedTokensMatchTheNormalizedText) {
 // Replace / ByteFallback / Fuse / Strip that undoes them.
 json llama2_like() {
   json j = base(char_vocab({"<unk>", "<s>", "<0xE4>", "<0xB8>", "<0xAD>", "\xE2\x96\x81h"}),
-                {"\xE2\x96\x81 h"});
+                json::array({"\xE2\x96\x81 h"}));
   j["model"]["byte_fallback"] = true;
   j["model"]["unk_token"] = "<unk>";
-  j["added_tokens"] = {added(29, "<s>", true)};
+  j["added_tokens"] = json::array({added(29, "<s>", true)});
   j["normalizer"] = {
       {"type", "Sequence"},
       {"normalizers",
@@ -108,7 +108,8 @@ json llama2_like() {
        {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
         {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
       {"pair", json::array()},
-      {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {29}}, {"tokens", {"<s>"}}}}}}};
+      {"special_tokens",
+       {{"<s>", {{"id", "<s>"}, {"ids", json::array({29})}, {"tokens", json::array({"<s>"})}}}}}};
   j["decoder"] = {
       {"type", "Sequence"},
       {"decoders",
