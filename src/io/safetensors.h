@@ -22,6 +22,17 @@ struct SafetensorsEntry {
   uint64_t end = 0;
 };
 
+// The validated header of a safetensors file (everything but the tensor bytes).
+struct SafetensorsHeader {
+  uint64_t data_start = 0;                // 8 + header length
+  std::vector<SafetensorsEntry> entries;  // sorted by name
+  std::map<std::string, std::string> metadata;
+};
+
+// Parses and validates a whole safetensors file held in memory (`file` = all its bytes);
+// `path` prefixes every error. Exposed so that it can be fuzzed without I/O.
+Result<SafetensorsHeader> parse_safetensors(std::span<const uint8_t> file, const std::string& path);
+
 // One .safetensors file, validated strictly on open (header bounds, dtype names, shapes,
 // contiguous non-overlapping offsets that cover the whole buffer, string-only metadata).
 class SafetensorsFile {

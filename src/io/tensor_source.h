@@ -14,12 +14,12 @@
 namespace tq {
 
 struct TensorInfo {
-  std::string name;        // HF name, e.g. "model.layers.0.self_attn.q_proj.weight"
-  Shape shape;             // logical (dequantized) shape
-  std::string storage;     // how it is stored: "BF16", "F32", "Q4_1", "affine", "mxfp4", ...
-  DType stored_dtype = DType::kF32;  // dtype of float storage or of the scales (quantized)
+  std::string name;     // HF name, e.g. "model.layers.0.self_attn.q_proj.weight"
+  Shape shape;          // logical (dequantized) shape
+  std::string storage;  // how it is stored: "BF16", "F32", "Q4_1", "affine", "mxfp4", ...
+  DType stored_dtype = DType::kF32;    // dtype of float storage or of the scales (quantized)
   std::optional<QuantSpec> mlx_quant;  // set for MLX-quantized tensors
-  uint64_t stored_bytes = 0;  // bytes on disk incl. MLX scales/biases that belong to it
+  uint64_t stored_bytes = 0;           // bytes on disk incl. MLX scales/biases that belong to it
 };
 
 class TensorSource {

@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/result.h"
-#include "formats/quant_spec.h"
+#include "io/quant_config.h"
 
 namespace tq {
 
@@ -23,15 +23,6 @@ struct RopeScaling {
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;
   int64_t original_max_position_embeddings = 8192;
-};
-
-// The `quantization` block of an MLX config.json.
-struct QuantizationConfig {
-  QuantSpec global;
-  // Per-module overrides: a spec, or nullopt for an explicit `false` (module kept float).
-  std::map<std::string, std::optional<QuantSpec>> modules;
-  // The spec that applies to module path `p` when its "<p>.scales" exists.
-  std::optional<QuantSpec> spec_for(const std::string& module_path) const;
 };
 
 struct ModelConfig {

@@ -1,0 +1,111 @@
+// The per-family tensor tables (DESIGN.md "The centre of the design"): for llama, qwen2 and
+// qwen3, every tensor name pattern with its role, shape, the spaces its axes live in, the norm
+// that feeds it and whether it may be quantized. Every pass walks these rows; nobody else
+// parses tensor names.
+#pragma once
+
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "base/result.h"
+#include "io/tensor_source.h"
+#include "model/model_config.h"
+#include "tensor/tensor.h"
+
+namespace tq {
+
+enum class TensorRole : uint8_t {
+  kEmbed,
+  kAttnQ,
+  kAttnK,
+  kAttnV,
+  kAttnO,
+  kMlpGate,
+  kMlpUp,
+  kMlpDown,
+  kNormAttn,
+  kNormMlp,
+  kNormFinal,
+  kLmHead,
+  kQNorm,
+  kKNorm,
+  kAttnQBias,
+  kAttnKBias,
+  kAttnVBias,
+  kAttnOBias,
+  kMlpGateBias,
+  kMlpUpBias,
+  kMlpDownBias,
+  kRopeInvFreq,  // HF buffer some checkpoints carry; never expected, always ignored
+};
+std::string_view tensor_role_name(TensorRole r);  // "attn_q", "mlp_down_bias", ...
+
+// Which side of the residual stream a tensor touches.
+enum class ResidualSide : uint8_t {
+  kNone,    // norms' own vectors, q/k-only spaces, biases off the residual
+  kReads,   // input features are the residual (q/k/v, gate/up, lm_head): W <- W·Q under R1
+  kWrites,  // output is added to / is the residual (embed rows, o_proj, down_proj, their biases)
+};
+
+// The basis one axis lives in; an orthogonal change of that basis must be folded into it.
+enum class Space : uint8_t { kNone, kResidual, kHeadValue /* per-head value space (R2) */ };
+
+// Symbolic sizes, resolved against a ModelConfig.
+enum class Dim : uint8_t { kHidden, kVocab, kIntermediate, kHeadDim, kQDim, kKvDim };
+// When a row's tensor exists.
+enum class When : uint8_t { kAlways, kAttentionBias, kMlpBias, kUntied, kIgnored };
+
+struct TensorKind {
+  std::string_view pattern;  // exact HF name; "{L}" stands for the decimal layer index
+  TensorRole role;
+  std::span<const Dim> dims;  // [rows, cols] for matrices, [n] for vectors
+  When when;
+  ResidualSide side;
+  Space row_space;  // space of dim 0 (output features; for the embedding: token ids = none)
+  Space col_space;  // space of dim 1 (input features; embedding: residual); kNone for vectors
+  std::optional<TensorRole> fed_by;  // the RMSNorm whose output is this matrix's input
+  bool quantizable;                  // an MLX QuantizedLinear/QuantizedEmbedding may replace it
+  bool per_layer() const { return pattern.find("{L}") != std::string_view::npos; }
+};
+
+// The table of one family, in model order (globals first, then one layer's rows, then the rest).
+std::span<const TensorKind> family_table(Family f);
+
+// One concrete tensor a config implies.
+struct TensorSpec {
+  std::string name;
+  Shape shape;
+  const TensorKind* kind = nullptr;
+  int64_t layer = -1;  // -1 for tensors outside the decoder layers
+};
+
+// Every tensor a float HF checkpoint of this geometry holds (biases per family/attention_bias/
+// mlp_bias, lm_head only when untied), in model order.
+std::vector<TensorSpec> expected_tensors(const ModelConfig& cfg);
+
+struct ClassifiedTensor {
+  const TensorKind* kind = nullptr;
+  int64_t layer = -1;
+};
+// Matches `name` against the family's table (the layer index is not range-checked).
+std::optional<ClassifiedTensor> classify(std::string_view name, Family f);
+
+// The HF name of a row at a layer: "model.layers.{L}.mlp.up_proj.weight" -> "...3.mlp...".
+std::string tensor_name(const TensorKind& k, int64_t layer);
+Shape tensor_shape(const TensorKind& k, const ModelConfig& cfg);
+
+struct TensorCheckReport {
+  std::vector<std::string> missing;     // names the config implies but the source lacks
+  std::vector<std::string> unexpected;  // names (with reason) the config does not imply
+  std::vector<std::string> mismatched;  // "name: shape [..], expected [..]" and similar
+  std::vector<std::string> ignored;     // harmless extras (rotary inv_freq, tied lm_head)
+  bool ok() const { return missing.empty() && unexpected.empty() && mismatched.empty(); }
+};
+TensorCheckReport compare_tensors_with_config(const ModelConfig& cfg, const TensorSource& src);
+// The report as one error line (ignored tensors do not fail it).
+Status check_tensors_against_config(const ModelConfig& cfg, const TensorSource& src);
+
+}  // namespace tq
