@@ -36,7 +36,7 @@ Result<std::vector<int32_t>> parse_ids(const std::string& path, const std::strin
   std::vector<int32_t> ids;
   size_t i = 0;
   while (i < s.size()) {
-    if (s[i] == ' ' || s[i] == '\n' || s[i] == '\r' || s[i] == '\t' || s[i] == ',') {
+    if (s[i] == ' ' || s[i] == '\r' || s[i] == '\t' || s[i] == ',') {
       ++i;
       continue;
     }
@@ -84,14 +84,20 @@ Status run_tokenize(const TokenizeOptions& o) {
   auto t1 = std::chrono::steady_clock::now();
   double load_s = std::chrono::duration<double>(t1 - t0).count();
 
-  if (!o.ids_file.empty()) {
+  if (!o.ids_file.empty()) {  // one id sequence per line, each decoded on its own
     TQ_TRY(std::string s, read_file(o.ids_file));
-    TQ_TRY(auto ids, parse_ids(o.ids_file, s));
-    std::string text = tok.decode(ids, o.skip_special);
-    if (o.json) {
-      fmt::print("{}\n", dump({{"text", text}, {"count", ids.size()}}));
-    } else {
-      std::fwrite(text.data(), 1, text.size(), stdout);
+    std::string_view rest = s;
+    while (!rest.empty()) {
+      size_t nl = rest.find('\n');
+      TQ_TRY(auto ids, parse_ids(o.ids_file, std::string(rest.substr(0, nl))));
+      rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+      std::string text = tok.decode(ids, o.skip_special);
+      if (o.json) {
+        fmt::print("{}\n", dump({{"text", text}, {"count", ids.size()}}));
+      } else {
+        std::fwrite(text.data(), 1, text.size(), stdout);
+        std::fputc('\n', stdout);
+      }
     }
     return ok_status();
   }
@@ -125,12 +131,11 @@ Status run_tokenize(const TokenizeOptions& o) {
     std::string decoded;
     if (o.decode) decoded = tok.decode(ids, o.skip_special);
     if (o.json) {
-      nlohmann::json j = {{"ids", ids}, {"count", ids.size()}};
-      if (!o.each_line && !o.json_lines) {
-        j["load_seconds"] = load_s;
-        j["encode_seconds"] = encode_s;
-        j["bytes"] = in.size();
-      }
+      nlohmann::json j = {{"ids", ids},
+                          {"count", ids.size()},
+                          {"bytes", in.size()},
+                          {"encode_seconds", encode_s},
+                          {"load_seconds", load_s}};
       if (o.decode) {
         j["decoded"] = decoded;
         j["roundtrip"] = decoded == in;
@@ -154,7 +159,8 @@ const bool kRegistered = register_verb(
        app.add_option("tokenizer", o->tokenizer, "tokenizer.json, or a directory that contains one")
            ->required();
        app.add_option("--text", o->text_file, "UTF-8 text file to encode");
-       app.add_option("--ids", o->ids_file, "File of token ids to decode instead");
+       app.add_option("--ids", o->ids_file,
+                      "Decode instead: a file of token ids, one sequence per line");
        app.add_flag("--add-special", o->add_special,
                     "Apply the post-processor (e.g. BOS), as add_special_tokens=True");
        app.add_flag("--decode", o->decode, "Also decode the ids and report the round trip");
