@@ -4,6 +4,8 @@
 #include <bit>
 #include <cstring>
 
+#include "formats/mlx_float.h"
+
 namespace tq {
 
 namespace {
@@ -34,27 +36,6 @@ constexpr std::array<float, 256> kE4M3 = make_e4m3_table();
 
 // Checked a*b for non-negative sizes; false on overflow.
 bool mul_size(int64_t a, int64_t b, int64_t* out) { return !__builtin_mul_overflow(a, b, out); }
-
-// f32 rounded to bf16 as MLX does it (round to nearest even; every NaN becomes 0x7FC0),
-// widened back to f32. Same as f32_to_bf16 but branch-free so loops vectorize.
-inline float round_bf16_mlx(float x) {
-  uint32_t u = f32_to_bits(x);
-  uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1)) & 0xFFFF0000u;
-  return bits_to_f32((u & 0x7FFFFFFFu) > 0x7F800000u ? 0x7FC00000u : r);
-}
-
-// f32 rounded to f16 as MLX's CPU float16 does it (RNE, overflow to inf; NaN keeps only its
-// sign: 0x7D00), widened back to f32. Equals f16_to_f32(f32_to_f16(x)) for non-NaN x.
-inline float round_f16_mlx(float x) {
-  uint32_t u = f32_to_bits(x), sign = u & 0x80000000u, a = u & 0x7FFFFFFFu;
-  if (a > 0x7F800000u) return bits_to_f32(sign | 0x7FA00000u);   // f16 0x7D00 widened
-  if (a >= 0x477FF000u) return bits_to_f32(sign | 0x7F800000u);  // >= 65520 rounds to inf
-  if (a < 0x38800000u) {  // f16 subnormal range: the f32 add rounds to the 2^-24 grid of 0.5f
-    float r = (bits_to_f32(a) + 0.5f) - 0.5f;
-    return bits_to_f32(sign | f32_to_bits(r));
-  }
-  return bits_to_f32(sign | ((a + 0xFFFu + ((a >> 13) & 1)) & 0xFFFFE000u));  // 11-bit RNE
-}
 
 // s*q rounded to f32 before the bias is added, as MLX's CPU path does. The empty asm makes
 // the product opaque so no compiler flag (-ffp-contract=fast, -march=native) can fuse it
@@ -159,6 +140,13 @@ float e4m3_to_f32(uint8_t code) { return kE4M3[code]; }
 float e8m0_to_f32(uint8_t code) {
   // E<<23 is 2^(E-127) as an f32 bit pattern (E=255 gives +inf); E=0 is the subnormal 2^-127.
   return bits_to_f32(code == 0 ? 0x00400000u : static_cast<uint32_t>(code) << 23);
+}
+
+float affine_dequant_value(float s, uint32_t q, float b, DType scale_dtype) {
+  const float qf = static_cast<float>(q);
+  if (scale_dtype == DType::kBF16) return affine_value<DType::kBF16>(s, qf, b);
+  if (scale_dtype == DType::kF16) return affine_value<DType::kF16>(s, qf, b);
+  return affine_value<DType::kF32>(s, qf, b);
 }
 
 Status dequantize_mlx(const QuantSpec& spec, int64_t rows, int64_t cols,

@@ -21,6 +21,10 @@ float e2m1_to_f32(uint8_t code);  // low 4 bits used
 float e4m3_to_f32(uint8_t code);
 float e8m0_to_f32(uint8_t code);  // 2^(E-127), E=0 -> 2^-127, E=255 -> +inf (as MLX)
 
+// One affine weight s*q + b exactly as dequantize_mlx computes it (scale_dtype F32/F16/BF16;
+// s and b already hold values of that dtype).
+float affine_dequant_value(float s, uint32_t q, float b, DType scale_dtype);
+
 // Dequantizes an MLX-quantized matrix [rows, cols] into `out` (rows*cols floats).
 //   weight: U32 words, rows * (cols*bits/32) of them, as raw little-endian bytes
 //   scales: [rows, cols/group] of scale_dtype (F32/F16/BF16 for affine; U8 for fp modes)
