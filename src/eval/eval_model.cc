@@ -41,6 +41,8 @@ Status EvalModel::load_weights(bool show_progress) {
   };
   TQ_TRY(net, Transformer::load(src, tty ? std::function<void(int64_t, int64_t)>(progress)
                                          : std::function<void(int64_t, int64_t)>()));
+  // The network holds its own f32 copy: unmap the checkpoint so its pages leave the RSS.
+  src.tensors.reset();
   return ok_status();
 }
 
