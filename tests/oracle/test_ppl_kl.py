@@ -319,3 +319,24 @@ def test_ppl_smollm2_matches_mlx_lm_perplexity(tmp_path):
     assert ours["tokens_scored"] == n * 511
     assert ours["ppl"] == pytest.approx(ppl, rel=1e-3)
     assert f"{ours['ppl_se']:.2g}" == f"{se:.2g}", (ours["ppl_se"], se)
+
+
+@pytest.mark.skipif(os.environ.get("TQ_SLOW_TESTS") != "1", reason="slow: set TQ_SLOW_TESTS=1")
+@pytest.mark.skipif(not GGUF.exists(), reason=f"asset missing: {GGUF}")
+def test_kl_smollm2_against_mlx_4bit_matches_numpy(tmp_path):
+    f32 = tmp_path / "smollm2"
+    r = run_tq("import", GGUF, "-o", f32, "--dtype", "f32")
+    assert r.returncode == 0, r.stderr
+    q4 = tmp_path / "smollm2-q4"
+    mlx_lm.convert(hf_path=str(f32), mlx_path=str(q4), quantize=True, q_bits=4, q_group_size=64)
+    L, n = 128, 2
+    ours = tq_json("kl", f32, q4, "--text", WIKI, "--seq-len", L, "--windows", n, "--no-db")
+    rows = np.asarray(tq_ids(f32, WIKI)[:L * n]).reshape(n, L)
+    ref = numpy_kl_report(f32, q4, rows)
+    print(f"\ntq: {ours}\nnumpy: {ref}")
+    assert ours["mean_kl"] > 1e-3
+    for k in ("mean_kl", "median_kl", "p90_kl", "max_kl"):
+        assert ours[k] == pytest.approx(ref[k], rel=1e-2), (k, ours[k], ref[k])
+    for k in ("ppl_base", "ppl_candidate"):
+        assert ours[k] == pytest.approx(ref[k], rel=1e-3), (k, ours[k], ref[k])
+    assert abs(ours["top1_agreement"] - ref["top1_agreement"]) <= 2.0 / ref["tokens"] + 1e-12
