@@ -97,6 +97,8 @@ Result<BaseLogitsWriter> BaseLogitsWriter::create(const std::string& path,
   w.path_ = path;
   w.tmp_path_ = fmt::format("{}.tmp-{}", path, ::getpid());
   w.h_ = h;
+  if (h.top_k < 0 || h.top_k > h.vocab)
+    return err("{}: --top-k {} outside 1..vocab {}", path, h.top_k, h.vocab);
   if (record_bytes(h) == 0) return err("{}: base-logits records too large", path);
   w.f_ = std::fopen(w.tmp_path_.c_str(), "wb");
   if (!w.f_) return err("{}: cannot create: {}", w.tmp_path_, std::strerror(errno));
