@@ -17,16 +17,18 @@ namespace tq {
 // Keys and values of every layer for up to `capacity` positions.
 struct KvCache {
   int64_t capacity = 0;
-  int64_t n = 0;          // positions filled
-  std::vector<float> k;   // [layers, capacity, n_kv_heads * head_dim]
-  std::vector<float> v;   // [layers, capacity, n_kv_heads * head_dim]
+  int64_t n = 0;         // positions filled
+  std::vector<float> k;  // [layers, capacity, n_kv_heads * head_dim]
+  std::vector<float> v;  // [layers, capacity, n_kv_heads * head_dim]
   void clear() { n = 0; }
 };
 
 class Transformer {
  public:
   ~Transformer();
-  // Loads every weight of `src` as f32. `progress(done, total)` is called per tensor.
+  // Loads every weight of `src` as f32 (TensorSource::load_f32_compute: MLX affine weights
+  // dequantized in f32, as mlx computes with f32 activations). `progress(done, total)` is
+  // called per tensor.
   static Result<std::unique_ptr<Transformer>> load(
       const ModelSource& src, std::function<void(int64_t, int64_t)> progress = nullptr);
 
