@@ -198,12 +198,17 @@ Result<FloatTensor> DirTensorSource::load(const std::string& name, bool f32_math
     Status st = dequantize_mlx(*ti->mlx_quant, rows, cols, wf.data(we), scale_dtype, scales, biases,
                                out.data);
     if (!st.ok()) return err("{}: tensor '{}': {}", wf.path(), name, st.error().message);
+    // Read once: keep the resident set near the f32 result alone (e.g. 1x, not 2x, a model).
+    wf.release(we);
+    sf.release(*parts.scales->entry);
+    if (parts.biases) files_[parts.biases->file].release(*parts.biases->entry);
     return out;
   }
   if (!dtype_is_float(we.dtype))
     return err("{}: tensor '{}' is {} and cannot be read as f32", wf.path(), name,
                dtype_name(we.dtype));
   convert_to_f32(we.dtype, wf.data(we), out.data);
+  wf.release(we);
   return out;
 }
 
