@@ -2,6 +2,7 @@
 // Matches mlx-lm's llama.py / qwen2.py / qwen3.py (FORMATS.md §7) computed in f32.
 #include "model/forward.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -153,9 +154,9 @@ Result<std::unique_ptr<Transformer>> Transformer::load(
 KvCache Transformer::new_cache(int64_t capacity) const {
   const ModelConfig& c = impl_->cfg;
   KvCache kv;
-  kv.capacity = capacity;
+  kv.capacity = std::max<int64_t>(capacity, 0);
   size_t size =
-      static_cast<size_t>(c.num_hidden_layers * capacity * c.num_key_value_heads * c.head_dim);
+      static_cast<size_t>(c.num_hidden_layers * kv.capacity * c.num_key_value_heads * c.head_dim);
   kv.k.assign(size, 0.0f);
   kv.v.assign(size, 0.0f);
   return kv;

@@ -51,8 +51,8 @@ BASE = {
     "bos_token_id": 0,
     "eos_token_id": 1,
 }
-# Each exercises something: llama3 RoPE bands, linear RoPE + all llama biases + head_dim that
-# is not hidden/heads, qwen2's q/k/v biases, qwen3's q/k norms; tied and untied heads; the
+# Each exercises something: llama3 RoPE bands, linear traditional (mlx-only) RoPE + all llama
+# biases + head_dim that is not hidden/heads, qwen2's q/k/v biases, qwen3's q/k norms; tied and untied heads; the
 # stored float dtypes bf16 / f32 / f16.
 TINY = {
     "llama_llama3_untied": {
@@ -76,6 +76,7 @@ TINY = {
         "head_dim": 48,
         "rope_theta": 5000.0,
         "rope_scaling": {"type": "linear", "factor": 2.0},
+        "rope_traditional": True,
         "attention_bias": True,
         "mlp_bias": True,
         "tie_word_embeddings": True,
