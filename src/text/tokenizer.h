@@ -25,11 +25,12 @@ class Tokenizer {
   static Result<Tokenizer> from_file(const std::string& tokenizer_json_path);
 
   // add_special applies the post-processor (e.g. BOS for Llama-2), as tokenizers'
-  // encode(text, add_special_tokens=True).
+  // encode(text, add_special_tokens=True). Invalid UTF-8 in `text` is read as U+FFFD.
   std::vector<int32_t> encode(std::string_view text, bool add_special = false) const;
+  // Ids without a token are skipped, as tokenizers does; the result is valid UTF-8.
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
 
-  int64_t vocab_size() const;  // including added tokens
+  int64_t vocab_size() const;  // largest id + 1, added tokens included
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::string id_to_token(int32_t id) const;
   bool is_special(int32_t id) const;
