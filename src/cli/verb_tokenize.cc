@@ -9,6 +9,7 @@
 
 #include "base/mapped_file.h"
 #include "cli/verb.h"
+#include "model/model_tokenizer.h"
 #include "text/tokenizer.h"
 
 namespace tq::cli {
@@ -77,10 +78,8 @@ std::string dump(const nlohmann::json& j) {
 }
 
 Status run_tokenize(const TokenizeOptions& o) {
-  std::string path = o.tokenizer;
-  if (std::filesystem::is_directory(path)) path = (std::filesystem::path(path) / "tokenizer.json");
   auto t0 = std::chrono::steady_clock::now();
-  TQ_TRY(Tokenizer tok, Tokenizer::from_file(path));
+  TQ_TRY(Tokenizer tok, load_tokenizer_any(o.tokenizer));
   auto t1 = std::chrono::steady_clock::now();
   double load_s = std::chrono::duration<double>(t1 - t0).count();
 
@@ -156,7 +155,8 @@ const bool kRegistered = register_verb(
     {"tokenize", "Token ids of a text with a tokenizer.json (and the decode round trip)", 60,
      [](CLI::App& app) -> VerbRun {
        auto o = std::make_shared<TokenizeOptions>();
-       app.add_option("tokenizer", o->tokenizer, "tokenizer.json, or a directory that contains one")
+       app.add_option("tokenizer", o->tokenizer,
+                      "tokenizer.json, a directory that contains one, or a GGUF file")
            ->required();
        app.add_option("--text", o->text_file, "UTF-8 text file to encode");
        app.add_option("--ids", o->ids_file,

@@ -17,9 +17,9 @@ namespace tq {
 // Keys and values of every layer for up to `capacity` positions.
 struct KvCache {
   int64_t capacity = 0;
-  int64_t n = 0;          // positions filled
-  std::vector<float> k;   // [layers, capacity, n_kv_heads * head_dim]
-  std::vector<float> v;   // [layers, capacity, n_kv_heads * head_dim]
+  int64_t n = 0;         // positions filled
+  std::vector<float> k;  // [layers, capacity, n_kv_heads * head_dim]
+  std::vector<float> v;  // [layers, capacity, n_kv_heads * head_dim]
   void clear() { n = 0; }
 };
 

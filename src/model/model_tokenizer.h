@@ -11,3 +11,11 @@ namespace tq {
 Result<Tokenizer> load_model_tokenizer(const ModelSource& m);
 
 }  // namespace tq
+
+namespace tq {
+
+// A tokenizer.json file, a directory holding one, or a GGUF file (tokenizer rebuilt from its
+// metadata), without opening the model's weights.
+Result<Tokenizer> load_tokenizer_any(const std::string& path);
+
+}  // namespace tq

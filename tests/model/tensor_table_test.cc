@@ -143,12 +143,16 @@ TEST(TensorTable, TableInvariants) {
     std::set<std::string_view> patterns;
     for (const TensorKind& k : family_table(f)) {
       EXPECT_TRUE(patterns.insert(k.pattern).second) << k.pattern;
-      if (k.quantizable) EXPECT_EQ(k.dims.size(), 2u) << k.pattern;
+      if (k.quantizable) {
+        EXPECT_EQ(k.dims.size(), 2u) << k.pattern;
+      }
       if (k.side == ResidualSide::kReads) {
         EXPECT_EQ(k.col_space, Space::kResidual) << k.pattern;
         EXPECT_TRUE(k.fed_by.has_value()) << k.pattern;
       }
-      if (k.dims.size() == 1) EXPECT_EQ(k.col_space, Space::kNone) << k.pattern;
+      if (k.dims.size() == 1) {
+        EXPECT_EQ(k.col_space, Space::kNone) << k.pattern;
+      }
     }
   }
   // R2 touches exactly v_proj rows, its bias and o_proj columns.

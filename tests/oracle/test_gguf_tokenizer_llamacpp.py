@@ -162,17 +162,22 @@ def test_transformers_gguf_conversion_agrees(corpus, imported):
 
 
 # --- `tq tokenize` -------------------------------------------------------------------------
-# TODO(lead): wire our C++ tokenizer here once `tq tokenize` exists: return, for each text,
-# the token ids `tq tokenize MODEL_DIR` produces (no special tokens added). Until then the
-# test below is skipped.
-def tq_tokenize(model_dir, texts):
-    r = subprocess.run([TQ_BIN, "tokenize", "--help"], capture_output=True, text=True)
-    if r.returncode != 0:
-        pytest.skip("`tq tokenize` does not exist yet")
-    pytest.skip("`tq tokenize` exists but is not wired into this test yet")
+# Our C++ tokenizer through `tq tokenize`, on the GGUF itself (tokenizer rebuilt in memory) and
+# on the directory `tq import` wrote; each text is one JSON line, encoded without specials.
+def tq_tokenize(model, texts, tmp_path):
+    src = tmp_path / "texts.jsonl"
+    src.write_text("".join(json.dumps(t) + "\n" for t in texts), encoding="utf-8")
+    r = subprocess.run([TQ_BIN, "tokenize", str(model), "--text", str(src), "--json-lines",
+                        "--json"], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return [json.loads(line)["ids"] for line in r.stdout.splitlines()]
 
 
 @pytest.mark.parametrize("group", ["tricky", "wiki", "sotu"])
-def test_tq_tokenize_matches_llamacpp(group, corpus, imported, llamacpp_ids):
-    ours = tq_tokenize(imported, corpus[group])
-    assert ours == llamacpp_ids[group]
+@pytest.mark.parametrize("source", ["gguf", "imported"])
+def test_tq_tokenize_matches_llamacpp(group, source, corpus, imported, llamacpp_ids, tmp_path):
+    model = GGUF if source == "gguf" else imported
+    ours = tq_tokenize(model, corpus[group], tmp_path)
+    assert len(ours) == len(llamacpp_ids[group])
+    diff = first_difference(imported / "tokenizer.json", corpus[group], ours, llamacpp_ids[group])
+    assert diff is None, diff
