@@ -6,6 +6,7 @@
 
 #include "io/gguf.h"
 #include "io/json_parse.h"
+#include "model/gguf_model.h"
 #include "model/gguf_tokenizer.h"
 #include "text/chat_template.h"
 
@@ -80,8 +81,9 @@ Result<ModelChat> dir_chat(const ModelSource& m) {
 }
 
 Result<ModelChat> gguf_chat(const ModelSource& m) {
-  TQ_TRY(GgufFile f, GgufFile::open(m.path));
-  TQ_TRY(HfTokenizerFiles files, gguf_hf_tokenizer(f));
+  const auto* g = dynamic_cast<const GgufTensorSource*>(m.tensors.get());
+  if (g == nullptr) return err("{}: GGUF model without a GGUF tensor source", m.path);
+  TQ_TRY(HfTokenizerFiles files, gguf_hf_tokenizer(g->file()));
   ModelChat c;
   c.special_tokens = chat_template_special_tokens(files.tokenizer_config);
   set_eos_token(c.special_tokens, c);
