@@ -61,4 +61,15 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
   return m;
 }
 
+void MappedFile::release(std::span<const uint8_t> part) const {
+  if (data_ == nullptr || part.data() < data_ || part.size() > size_ ||
+      part.data() - data_ > static_cast<ptrdiff_t>(size_ - part.size()))
+    return;
+  const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  uintptr_t lo = reinterpret_cast<uintptr_t>(part.data()), hi = lo + part.size();
+  lo = (lo + page - 1) / page * page;
+  hi = hi / page * page;
+  if (hi > lo) madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+}
+
 }  // namespace tq

@@ -24,6 +24,10 @@ class MappedFile {
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   size_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Drops the pages wholly inside `part` (a range of this mapping; anything else is ignored)
+  // from the process's resident set after a one-time read. The mapping is read-only and
+  // private, so nothing is lost: touching them again re-reads the file.
+  void release(std::span<const uint8_t> part) const;
 
  private:
   const uint8_t* data_ = nullptr;

@@ -46,6 +46,7 @@ class DirTensorSource : public TensorSource {
   const std::string& path() const override { return ckpt_.dir; }
   const std::vector<TensorInfo>& tensors() const override { return infos_; }
   Result<FloatTensor> load_f32(const std::string& name) const override;
+  Result<FloatTensor> load_f32_compute(const std::string& name) const override;
 
   const CheckpointDir& checkpoint() const { return ckpt_; }
   const std::vector<SafetensorsFile>& files() const { return files_; }
@@ -53,6 +54,7 @@ class DirTensorSource : public TensorSource {
   const SafetensorsEntry* stored(std::string_view stored_name, size_t* file_index) const;
 
  private:
+  Result<FloatTensor> load(const std::string& name, bool f32_math) const;
   struct Stored {  // one stored tensor: file index + entry (entries live in files_)
     size_t file = 0;
     const SafetensorsEntry* entry = nullptr;

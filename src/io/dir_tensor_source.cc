@@ -160,6 +160,14 @@ Status DirTensorSource::build() {
 }
 
 Result<FloatTensor> DirTensorSource::load_f32(const std::string& name) const {
+  return load(name, /*f32_math=*/false);
+}
+
+Result<FloatTensor> DirTensorSource::load_f32_compute(const std::string& name) const {
+  return load(name, /*f32_math=*/true);
+}
+
+Result<FloatTensor> DirTensorSource::load(const std::string& name, bool f32_math) const {
   const TensorInfo* ti = find(name);
   if (ti == nullptr) return err("{}: no tensor '{}'", ckpt_.dir, name);
   const Parts& parts = parts_[static_cast<size_t>(ti - infos_.data())];
@@ -172,17 +180,35 @@ Result<FloatTensor> DirTensorSource::load_f32(const std::string& name) const {
     const int64_t cols = ti->shape.back();
     const int64_t rows = cols == 0 ? 0 : shape_numel(ti->shape) / cols;
     const SafetensorsFile& sf = files_[parts.scales->file];
-    std::span<const uint8_t> biases;
+    std::span<const uint8_t> scales = sf.data(*parts.scales->entry), biases;
     if (parts.biases) biases = files_[parts.biases->file].data(*parts.biases->entry);
-    Status st = dequantize_mlx(*ti->mlx_quant, rows, cols, wf.data(we), ti->stored_dtype,
-                               sf.data(*parts.scales->entry), biases, out.data);
+    DType scale_dtype = ti->stored_dtype;
+    std::vector<float> s32, b32;  // affine scales/biases widened, so s*q + b runs in f32
+    if (f32_math && ti->mlx_quant->mode == QuantMode::kAffine &&
+        (scale_dtype == DType::kBF16 || scale_dtype == DType::kF16)) {
+      const size_t es = dtype_size(scale_dtype);
+      s32.resize(scales.size() / es);
+      b32.resize(biases.size() / es);
+      convert_to_f32(scale_dtype, scales.first(s32.size() * es), s32);
+      convert_to_f32(scale_dtype, biases.first(b32.size() * es), b32);
+      scales = {reinterpret_cast<const uint8_t*>(s32.data()), s32.size() * sizeof(float)};
+      biases = {reinterpret_cast<const uint8_t*>(b32.data()), b32.size() * sizeof(float)};
+      scale_dtype = DType::kF32;
+    }
+    Status st = dequantize_mlx(*ti->mlx_quant, rows, cols, wf.data(we), scale_dtype, scales, biases,
+                               out.data);
     if (!st.ok()) return err("{}: tensor '{}': {}", wf.path(), name, st.error().message);
+    // Read once: keep the resident set near the f32 result alone (e.g. 1x, not 2x, a model).
+    wf.release(we);
+    sf.release(*parts.scales->entry);
+    if (parts.biases) files_[parts.biases->file].release(*parts.biases->entry);
     return out;
   }
   if (!dtype_is_float(we.dtype))
     return err("{}: tensor '{}' is {} and cannot be read as f32", wf.path(), name,
                dtype_name(we.dtype));
   convert_to_f32(we.dtype, wf.data(we), out.data);
+  wf.release(we);
   return out;
 }
 

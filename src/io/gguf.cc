@@ -497,6 +497,7 @@ Result<FloatTensor> GgufFile::load_f32(const GgufTensorInfo& t) const {
   if (out.data.empty()) return out;
   Status st = dequantize_ggml(t.type_id, tensor_bytes(t), t.numel(), out.data);
   if (!st.ok()) return err("{}: tensor '{}': {}", path_, t.name, st.error().message);
+  file_.release(tensor_bytes(t));  // read once; no-op for caller-owned bytes
   return out;
 }
 

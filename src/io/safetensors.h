@@ -43,6 +43,8 @@ class SafetensorsFile {
   const std::vector<SafetensorsEntry>& entries() const { return entries_; }  // sorted by name
   const SafetensorsEntry* find(std::string_view name) const;
   std::span<const uint8_t> data(const SafetensorsEntry& e) const;
+  // Drops e's pages from the resident set (MappedFile::release) once its bytes were consumed.
+  void release(const SafetensorsEntry& e) const { file_.release(data(e)); }
   TensorView view(const SafetensorsEntry& e) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 

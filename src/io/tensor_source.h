@@ -30,6 +30,12 @@ class TensorSource {
   // folded into "P.weight" and not listed separately.
   virtual const std::vector<TensorInfo>& tensors() const = 0;
   virtual Result<FloatTensor> load_f32(const std::string& name) const = 0;
+  // The tensor as f32 compute uses it. Equals load_f32 except for MLX affine-quantized
+  // matrices, whose s*q + b is evaluated in f32 instead of being rounded to the scales dtype:
+  // what mlx's quantized matmul computes with f32 activations.
+  virtual Result<FloatTensor> load_f32_compute(const std::string& name) const {
+    return load_f32(name);
+  }
 
   const TensorInfo* find(const std::string& name) const;
 };

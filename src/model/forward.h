@@ -26,7 +26,9 @@ struct KvCache {
 class Transformer {
  public:
   ~Transformer();
-  // Loads every weight of `src` as f32. `progress(done, total)` is called per tensor.
+  // Loads every weight of `src` as f32 (TensorSource::load_f32_compute: MLX affine weights
+  // dequantized in f32, as mlx computes with f32 activations). `progress(done, total)` is
+  // called per tensor.
   static Result<std::unique_ptr<Transformer>> load(
       const ModelSource& src, std::function<void(int64_t, int64_t)> progress = nullptr);
 

@@ -250,6 +250,31 @@ TEST(DirTensorSource, DequantizesMlxModules) {
   EXPECT_EQ((*src)->find("m.scales"), nullptr);  // folded into m.weight
 }
 
+// load_f32 rounds affine s*q + b to the bf16 scales dtype (as mx.dequantize); load_f32_compute
+// keeps it in f32, as mlx's quantized matmul does with f32 activations.
+TEST(DirTensorSource, ComputeLoadKeepsAffineValuesInF32) {
+  testing::TempDir tmp;
+  std::vector<uint8_t> codes;
+  for (int k = 0; k < 32; ++k) codes.push_back(static_cast<uint8_t>(k % 16));
+  const float s = 1.0078125f, b = -0.5f;  // bf16 0x3F81 and 0xBF00: exact
+  write_ckpt(tmp.path(),
+             {blob("m.weight", DType::kU32, {1, 4}, pack4(codes)),
+              blob("m.scales", DType::kBF16, {1, 1}, std::vector<uint16_t>{0x3F81}),
+              blob("m.biases", DType::kBF16, {1, 1}, std::vector<uint16_t>{0xBF00})},
+             R"({"model_type":"llama","quantization":{"group_size":32,"bits":4}})");
+  auto src = DirTensorSource::open(tmp.path());
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  auto stored = (*src)->load_f32("m.weight");
+  auto compute = (*src)->load_f32_compute("m.weight");
+  ASSERT_TRUE(stored.ok() && compute.ok());
+  int rounded = 0;
+  for (int k = 0; k < 32; ++k) {
+    ASSERT_EQ(compute->data[k], s * codes[k] + b) << k;
+    rounded += stored->data[k] != compute->data[k];
+  }
+  EXPECT_GT(rounded, 0);  // 15 * 1.0078125 = 15.1171875 needs more than bf16's 8 bits
+}
+
 // Rewrites one blob of the quantized fixture and returns the open error.
 std::string quant_error(const std::function<void(std::vector<Blob>&)>& edit,
                         const std::string& config = kQuantConfig) {

@@ -1,0 +1,16 @@
+// Dense f32 matrix products through OpenBLAS.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tq {
+
+// y[n, out] = x[n, in] · W[out, in]^T (+ bias[out] when non-null). Row-major, dense.
+void matmul_nt(const float* x, int64_t n, int64_t in, const float* w, int64_t out,
+               const float* bias, float* y);
+
+// "OpenBLAS <core> x<threads>", e.g. "OpenBLAS SkylakeX x2", for reports.
+std::string blas_backend();
+
+}  // namespace tq

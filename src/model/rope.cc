@@ -1,0 +1,39 @@
+#include "model/rope.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace tq {
+
+Result<std::vector<double>> rope_inv_freq(const ModelConfig& cfg) {
+  const int64_t h = cfg.head_dim;
+  if (h <= 0 || h % 2 != 0) return err("head_dim {} is not a positive even number", h);
+  std::string type = cfg.rope_scaling ? cfg.rope_scaling->type : "default";
+  if (type != "default" && type != "linear" && type != "llama3")
+    return err("rope_scaling type '{}' is not supported by the runtime (default, linear, llama3)",
+               type);
+  std::vector<double> inv(static_cast<size_t>(h / 2));
+  for (int64_t i = 0; i < h / 2; ++i) {
+    // mlx-lm keeps the period divisor p = base^(2i/h): angle = pos / p.
+    double p = std::pow(cfg.rope_theta, static_cast<double>(2 * i) / static_cast<double>(h));
+    if (type == "linear") {
+      p *= cfg.rope_scaling->factor;  // scale = 1/factor on the angle
+    } else if (type == "llama3") {
+      const RopeScaling& s = *cfg.rope_scaling;
+      double old = static_cast<double>(s.original_max_position_embeddings);
+      double lo = old / s.low_freq_factor, hi = old / s.high_freq_factor;
+      double wavelen = 2.0 * std::numbers::pi * p;
+      if (wavelen > lo) {
+        p *= s.factor;
+      } else if (wavelen > hi && wavelen < lo) {
+        double smooth =
+            (old / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        p /= (1.0 - smooth) / s.factor + smooth;
+      }
+    }
+    inv[static_cast<size_t>(i)] = 1.0 / p;
+  }
+  return inv;
+}
+
+}  // namespace tq

@@ -1,0 +1,374 @@
+#include "model/forward.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numbers>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "../testing/test_files.h"
+#include "io/safetensors.h"
+#include "kernels/attention.h"
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "model/model_source.h"
+#include "model/rope.h"
+#include "model/tensor_table.h"
+
+namespace tq {
+namespace {
+
+std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+double max_abs_diff(std::span<const float> a, std::span<const float> b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::abs(double(a[i]) - b[i]));
+  return m;
+}
+
+double max_abs(std::span<const float> a) {
+  double m = 0;
+  for (float x : a) m = std::max(m, std::abs(double(x)));
+  return m;
+}
+
+ModelConfig rope_config(double theta, int64_t head_dim) {
+  ModelConfig c;
+  c.rope_theta = theta;
+  c.head_dim = head_dim;
+  return c;
+}
+
+TEST(Rope, DefaultAndLinearFrequencies) {
+  ModelConfig c = rope_config(10000.0, 64);
+  auto inv = rope_inv_freq(c);
+  ASSERT_TRUE(inv.ok()) << inv.error().message;
+  ASSERT_EQ(inv->size(), 32u);
+  for (int i = 0; i < 32; ++i) EXPECT_DOUBLE_EQ((*inv)[i], std::pow(10000.0, -2.0 * i / 64));
+  c.rope_scaling = RopeScaling{.type = "linear", .factor = 4.0};
+  auto lin = rope_inv_freq(c);
+  ASSERT_TRUE(lin.ok());
+  for (int i = 0; i < 32; ++i) EXPECT_NEAR((*lin)[i], (*inv)[i] / 4.0, 1e-15);
+}
+
+// HF's _compute_llama3_parameters, written on inverse frequencies (FORMATS.md §7.2 states the
+// same rule on periods; this is the independent formulation).
+TEST(Rope, Llama3MatchesHfInverseFrequencyRule) {
+  ModelConfig c = rope_config(500000.0, 64);
+  RopeScaling s{.type = "llama3",
+                .factor = 32.0,
+                .low_freq_factor = 1.0,
+                .high_freq_factor = 4.0,
+                .original_max_position_embeddings = 8192};
+  c.rope_scaling = s;
+  auto inv = rope_inv_freq(c);
+  ASSERT_TRUE(inv.ok()) << inv.error().message;
+  int low = 0, mid = 0, high = 0;
+  for (int i = 0; i < 32; ++i) {
+    double f = std::pow(500000.0, -2.0 * i / 64), wl = 2 * std::numbers::pi / f;
+    double lo_wl = 8192 / 1.0, hi_wl = 8192 / 4.0, want;
+    if (wl < hi_wl) {
+      want = f, ++high;
+    } else if (wl > lo_wl) {
+      want = f / 32.0, ++low;
+    } else {
+      double sm = (8192 / wl - 1.0) / (4.0 - 1.0);
+      want = (1 - sm) * f / 32.0 + sm * f, ++mid;
+    }
+    EXPECT_NEAR((*inv)[i], want, 1e-12 * want) << i;
+  }
+  EXPECT_GT(low, 0);  // the test config exercises all three bands
+  EXPECT_GT(mid, 0);
+  EXPECT_GT(high, 0);
+}
+
+TEST(Rope, UnsupportedScalingIsAnError) {
+  ModelConfig c = rope_config(10000.0, 64);
+  c.rope_scaling = RopeScaling{.type = "yarn", .factor = 4.0};
+  auto inv = rope_inv_freq(c);
+  ASSERT_FALSE(inv.ok());
+  EXPECT_TRUE(testing::contains(inv.error().message, "yarn")) << inv.error().message;
+}
+
+// HF: out = x * cos(cat(θ, θ)) + rotate_half(x) * sin(cat(θ, θ)), rotate_half(x) = cat(-x2, x1).
+TEST(Rope, RotateHalfMatchesHfFormula) {
+  const int64_t hd = 16, half = 8, pos = 37;
+  std::vector<double> inv(half);
+  for (int i = 0; i < half; ++i) inv[i] = std::pow(10000.0, -2.0 * i / hd);
+  std::vector<float> cs(half), sn(half);
+  rope_angles(inv.data(), half, pos, cs.data(), sn.data());
+  std::vector<float> x = randn(hd, 1);
+  std::vector<float> got = x;
+  rope_rotate(got.data(), hd, cs.data(), sn.data(), /*traditional=*/false);
+  for (int j = 0; j < hd; ++j) {
+    double th = pos * inv[j % half];
+    double rot = j < half ? -x[j + half] : x[j - half];
+    EXPECT_NEAR(got[j], x[j] * std::cos(th) + rot * std::sin(th), 1e-5) << j;
+  }
+  // Traditional layout rotates adjacent pairs.
+  std::vector<float> trad = x;
+  rope_rotate(trad.data(), hd, cs.data(), sn.data(), /*traditional=*/true);
+  for (int i = 0; i < half; ++i) {
+    double th = pos * inv[i];
+    EXPECT_NEAR(trad[2 * i], x[2 * i] * std::cos(th) - x[2 * i + 1] * std::sin(th), 1e-5);
+    EXPECT_NEAR(trad[2 * i + 1], x[2 * i] * std::sin(th) + x[2 * i + 1] * std::cos(th), 1e-5);
+  }
+}
+
+// <R(p) q, R(s) k> depends only on p - s: the property attention relies on.
+TEST(Rope, DotProductDependsOnlyOnRelativePosition) {
+  const int64_t hd = 32, half = 16;
+  std::vector<double> inv(half);
+  for (int i = 0; i < half; ++i) inv[i] = std::pow(10000.0, -2.0 * i / hd);
+  auto rotated = [&](std::vector<float> v, int64_t pos) {
+    std::vector<float> cs(half), sn(half);
+    rope_angles(inv.data(), half, pos, cs.data(), sn.data());
+    rope_rotate(v.data(), hd, cs.data(), sn.data(), false);
+    return v;
+  };
+  auto dot = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double s = 0;
+    for (size_t i = 0; i < a.size(); ++i) s += double(a[i]) * b[i];
+    return s;
+  };
+  std::vector<float> q = randn(hd, 2), k = randn(hd, 3);
+  double a = dot(rotated(q, 10), rotated(k, 3)), b = dot(rotated(q, 107), rotated(k, 100));
+  EXPECT_NEAR(a, b, 1e-4);
+  EXPECT_GT(std::abs(a - dot(q, k)), 1e-3);  // and the rotation did something
+}
+
+TEST(Kernels, RmsNormMatchesFormula) {
+  const int64_t rows = 3, d = 24;
+  std::vector<float> x = randn(rows * d, 4, 3.0f), w = randn(d, 5), out(rows * d);
+  rms_norm(x.data(), w.data(), rows, d, 1e-5f, out.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    double ms = 0;
+    for (int64_t i = 0; i < d; ++i) ms += double(x[r * d + i]) * x[r * d + i] / d;
+    for (int64_t i = 0; i < d; ++i)
+      EXPECT_NEAR(out[r * d + i], x[r * d + i] / std::sqrt(ms + 1e-5) * w[i], 1e-5);
+  }
+  std::vector<float> inplace = x;  // aliasing input and output is allowed
+  rms_norm(inplace.data(), w.data(), rows, d, 1e-5f, inplace.data());
+  EXPECT_EQ(inplace, out);
+}
+
+TEST(Kernels, SoftmaxAndSilu) {
+  std::vector<float> s = {1000.0f, 1001.0f, 999.0f};  // would overflow without the max shift
+  softmax(s.data(), 3);
+  double z = 1 + std::exp(1.0) + std::exp(-1.0);
+  EXPECT_NEAR(s[0], 1 / z, 1e-6);
+  EXPECT_NEAR(s[1], std::exp(1.0) / z, 1e-6);
+  std::vector<float> g = {-2.0f, 0.0f, 3.0f}, u = {1.0f, 5.0f, -2.0f};
+  silu_mul(g.data(), u.data(), 3);
+  EXPECT_NEAR(g[0], -2.0 / (1 + std::exp(2.0)), 1e-6);
+  EXPECT_EQ(g[1], 0.0f);
+  EXPECT_NEAR(g[2], 3.0 / (1 + std::exp(-3.0)) * -2.0, 1e-5);
+}
+
+TEST(Kernels, MatmulNtMatchesLoopsWithBias) {
+  const int64_t in = 7, out = 5;
+  std::vector<float> w = randn(out * in, 6), b = randn(out, 7);
+  for (int64_t n : {1, 4}) {
+    std::vector<float> x = randn(n * in, 8), y(n * out);
+    matmul_nt(x.data(), n, in, w.data(), out, b.data(), y.data());
+    for (int64_t r = 0; r < n; ++r)
+      for (int64_t j = 0; j < out; ++j) {
+        double s = b[j];
+        for (int64_t i = 0; i < in; ++i) s += double(x[r * in + i]) * w[j * in + i];
+        EXPECT_NEAR(y[r * out + j], s, 1e-5) << n;
+      }
+  }
+}
+
+// OpenBLAS must not run its generic SSE3 kernels on a CPU with AVX2 (kernels/matmul.cc).
+TEST(Kernels, BlasUsesVectorKernels) {
+  const char* forced = std::getenv("OPENBLAS_CORETYPE");
+  if (forced && std::string(forced) != "SkylakeX" && std::string(forced) != "Haswell")
+    GTEST_SKIP() << "OPENBLAS_CORETYPE=" << forced << " set by the user";
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "no AVX2";
+  std::string b = blas_backend();
+  EXPECT_FALSE(testing::contains(b, "Prescott") || testing::contains(b, "Core2") ||
+               testing::contains(b, "Nehalem"))
+      << b;
+}
+
+// Naive O(n^2) grouped-query causal attention, one score at a time, in double.
+std::vector<float> naive_attention(const std::vector<float>& q, const std::vector<float>& k,
+                                   const std::vector<float>& v, int64_t n, int64_t p0, int64_t nh,
+                                   int64_t nkv, int64_t hd) {
+  std::vector<float> out(n * nh * hd);
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t h = 0; h < nh; ++h) {
+      int64_t g = h / (nh / nkv);
+      std::vector<double> s(p0 + i + 1);
+      double mx = -1e300, z = 0;
+      for (int64_t j = 0; j <= p0 + i; ++j) {
+        double dot = 0;
+        for (int64_t e = 0; e < hd; ++e)
+          dot += double(q[(i * nh + h) * hd + e]) * k[(j * nkv + g) * hd + e];
+        s[j] = dot / std::sqrt(double(hd));
+        mx = std::max(mx, s[j]);
+      }
+      for (auto& x : s) z += (x = std::exp(x - mx));
+      for (int64_t e = 0; e < hd; ++e) {
+        double acc = 0;
+        for (int64_t j = 0; j <= p0 + i; ++j) acc += s[j] / z * v[(j * nkv + g) * hd + e];
+        out[(i * nh + h) * hd + e] = static_cast<float>(acc);
+      }
+    }
+  return out;
+}
+
+TEST(Kernels, CausalAttentionMatchesNaiveReference) {
+  const int64_t nh = 6, nkv = 2, hd = 8;
+  for (int64_t p0 : {0, 5}) {
+    for (int64_t n : {1, 9}) {
+      const int64_t total = p0 + n;
+      std::vector<float> q = randn(n * nh * hd, 10), k = randn(total * nkv * hd, 11, 2.0f),
+                         v = randn(total * nkv * hd, 12), out(n * nh * hd);
+      causal_attention(q.data(), k.data(), v.data(), n, p0, nh, nkv, hd,
+                       static_cast<float>(1 / std::sqrt(double(hd))), out.data());
+      std::vector<float> want = naive_attention(q, k, v, n, p0, nh, nkv, hd);
+      EXPECT_LT(max_abs_diff(out, want), 1e-5) << "p0 " << p0 << " n " << n;
+    }
+  }
+}
+
+// A tiny float HF checkpoint of `cfg_json` with seeded weights and one outlier channel.
+std::string write_tiny_model(const testing::TempDir& dir, const nlohmann::json& cfg_json) {
+  auto cfg = parse_model_config(cfg_json, "config.json");
+  EXPECT_TRUE(cfg.ok()) << cfg.error().message;
+  std::vector<TensorSpec> specs = expected_tensors(*cfg);
+  std::vector<TensorDecl> decls;
+  for (const auto& s : specs) decls.push_back({s.name, DType::kF32, s.shape});
+  auto w = ShardedWriter::create(dir.path(), decls, {});
+  EXPECT_TRUE(w.ok()) << w.error().message;
+  uint32_t seed = 100;
+  for (const auto& s : specs) {
+    std::vector<float> v = randn(shape_numel(s.shape), seed++, 0.2f);
+    if (s.shape.size() == 1 && s.name.find("norm") != std::string::npos)
+      for (auto& x : v) x = 1.0f + 0.5f * x;
+    if (s.kind->role == TensorRole::kMlpUp)
+      for (int64_t r = 0; r < s.shape[0]; ++r) v[r * s.shape[1] + 3] *= 20.0f;
+    EXPECT_TRUE((*w)->write(s.name, testing::as_bytes(v)).ok());
+  }
+  EXPECT_TRUE((*w)->finish().ok());
+  testing::write_file(dir.file("config.json"), cfg_json.dump());
+  return dir.path();
+}
+
+nlohmann::json tiny_json(const std::string& type) {
+  nlohmann::json j = {{"model_type", type},
+                      {"hidden_size", 48},
+                      {"num_hidden_layers", 2},
+                      {"intermediate_size", 80},
+                      {"num_attention_heads", 6},
+                      {"num_key_value_heads", 2},
+                      {"head_dim", 8},
+                      {"rms_norm_eps", 1e-5},
+                      {"vocab_size", 70},
+                      {"max_position_embeddings", 256},
+                      {"rope_theta", 10000.0},
+                      {"tie_word_embeddings", type != "llama"}};
+  if (type == "llama")
+    j["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 8.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 32}};
+  if (type == "qwen2") j.erase("head_dim");
+  return j;
+}
+
+class TinyForward : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TinyForward, PrefillEqualsTokenByTokenDecode) {
+  testing::TempDir dir;
+  auto src = open_model(write_tiny_model(dir, tiny_json(GetParam())));
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  int64_t calls = 0;
+  auto t = Transformer::load(*src, [&](int64_t, int64_t) { ++calls; });
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(calls, static_cast<int64_t>(expected_tensors(src->config).size()));
+  const int64_t V = (*t)->config().vocab_size, n = 40;
+  std::vector<int32_t> toks(n);
+  for (int64_t i = 0; i < n; ++i) toks[i] = static_cast<int32_t>((i * 37 + 11) % V);
+
+  KvCache c1 = (*t)->new_cache(64);
+  std::vector<float> all(n * V);
+  ASSERT_TRUE((*t)->forward(toks, c1, all).ok());
+  EXPECT_EQ(c1.n, n);
+  EXPECT_GT(max_abs(all), 0.1);
+
+  KvCache c2 = (*t)->new_cache(n);
+  std::vector<float> one(V);
+  double worst = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_TRUE((*t)->forward(std::span(toks).subspan(i, 1), c2, one, false).ok());
+    std::span<const float> row(all.data() + i * V, V);
+    worst = std::max(worst, max_abs_diff(row, one) / max_abs(row));
+  }
+  EXPECT_LT(worst, 1e-4);
+
+  // Two chunks through the cache, last row only, equal the one-shot prefill's last row.
+  KvCache c3 = (*t)->new_cache(n);
+  std::vector<float> chunk(25 * V);
+  ASSERT_TRUE((*t)->forward(std::span(toks).first(25), c3, chunk).ok());
+  ASSERT_TRUE((*t)->forward(std::span(toks).subspan(25), c3, one, false).ok());
+  std::span<const float> last(all.data() + (n - 1) * V, V);
+  EXPECT_LT(max_abs_diff(last, one) / max_abs(last), 1e-4);
+
+  // A cleared cache starts again at position 0.
+  c3.clear();
+  std::vector<float> first(V);
+  ASSERT_TRUE((*t)->forward(std::span(toks).first(1), c3, first).ok());
+  std::span<const float> row0(all.data(), V);
+  EXPECT_LT(max_abs_diff(row0, first) / max_abs(row0), 1e-4);
+}
+
+TEST_P(TinyForward, BadCallsAreErrors) {
+  testing::TempDir dir;
+  auto src = open_model(write_tiny_model(dir, tiny_json(GetParam())));
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  auto t = Transformer::load(*src);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  const int64_t V = (*t)->config().vocab_size;
+  std::vector<float> logits(4 * V);
+  KvCache c = (*t)->new_cache(3);
+  std::vector<int32_t> four = {1, 2, 3, 4}, bad = {1, static_cast<int32_t>(V)};
+  Status st = (*t)->forward(four, c, logits);
+  EXPECT_TRUE(!st.ok() && testing::contains(st.error().message, "capacity"));
+  st = (*t)->forward(bad, c, logits);
+  EXPECT_TRUE(!st.ok() && testing::contains(st.error().message, "outside the vocabulary"));
+  st = (*t)->forward(std::span(four).first(2), c, std::span(logits).first(V));
+  EXPECT_TRUE(!st.ok() && testing::contains(st.error().message, "logits buffer"));
+  KvCache foreign;
+  st = (*t)->forward(std::span(four).first(1), foreign, logits);
+  EXPECT_TRUE(!st.ok() && testing::contains(st.error().message, "KV cache"));
+  EXPECT_EQ(c.n, 0);  // failed calls leave the cache alone
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, TinyForward, ::testing::Values("llama", "qwen2", "qwen3"));
+
+TEST(TransformerLoad, UnsupportedRopeScalingIsAnError) {
+  testing::TempDir dir;
+  nlohmann::json j = tiny_json("llama");
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  auto src = open_model(write_tiny_model(dir, j));
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  auto t = Transformer::load(*src);
+  ASSERT_FALSE(t.ok());
+  EXPECT_TRUE(testing::contains(t.error().message, "yarn")) << t.error().message;
+}
+
+}  // namespace
+}  // namespace tq
