@@ -33,7 +33,10 @@ std::string StreamDecoder::emit(bool final) {
          (static_cast<unsigned char>(now[common]) & 0xC0) == 0x80)
     --common;
   pending_ = ids_.size();
-  return now.substr(common);
+  std::string out = now.substr(common);
+  if (trim_ && !emitted_ && !out.empty() && out[0] == ' ') out.erase(0, 1);
+  emitted_ = emitted_ || !out.empty();
+  return out;
 }
 
 std::string StreamDecoder::add(int32_t id) {

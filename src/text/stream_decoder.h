@@ -15,8 +15,11 @@ namespace tq {
 
 class StreamDecoder {
  public:
-  explicit StreamDecoder(const Tokenizer& tok, bool skip_special = false)
-      : tok_(tok), skip_special_(skip_special) {}
+  // trim_leading_space drops one space at the start of the text, as mlx-lm's streaming
+  // detokenizers print generations (the model's first token usually starts with one).
+  explicit StreamDecoder(const Tokenizer& tok, bool trim_leading_space = false,
+                         bool skip_special = false)
+      : tok_(tok), trim_(trim_leading_space), skip_special_(skip_special) {}
 
   // The new final text after `id` (empty while a character is incomplete).
   std::string add(int32_t id);
@@ -32,7 +35,9 @@ class StreamDecoder {
   std::string emit(bool final);
 
   const Tokenizer& tok_;
+  bool trim_;
   bool skip_special_;
+  bool emitted_ = false;  // some text came out already
   std::vector<int32_t> ids_;
   size_t pending_ = 0;  // first token whose text is not fully emitted
 };

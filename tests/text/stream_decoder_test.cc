@@ -20,9 +20,8 @@ std::string cache_path(const std::string& rel) {
   return base + "/" + rel;
 }
 
-const std::string kText =
-    "Hello world! Ünïcödé: 日本語のテキスト 🙂🚀 «quotes» ꙮ 𓀀𓁐𓂀\n  indented\tline — "
-    "done.";
+const std::string kText = std::string("Hello world! Ünïcödé: 日本語のテキスト") +
+                          " 🙂🚀 «quotes» ꙮ 𓀀𓁐𓂀\n" + "  indented\tline — done.";
 
 void check_stream(const Tokenizer& tok, const std::string& text) {
   std::vector<int32_t> ids = tok.encode(text, false);
