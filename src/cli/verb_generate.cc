@@ -97,6 +97,7 @@ Status run_generate(const GenerateOptions& o) {
   StreamDecoder stream(tok, tok.byte_level_decoder());
   std::string generated_text;
   std::string stop = "max_tokens";
+  int64_t decode_steps = 0;  // forward passes after prefill
   const auto t_decode = Clock::now();
   for (int64_t n = 0; n < o.max_tokens; ++n) {
     const int32_t next = sampler.next(logits);
@@ -110,15 +111,14 @@ Status run_generate(const GenerateOptions& o) {
     if (n + 1 == o.max_tokens) break;  // no forward for a token nobody will sample
     const int32_t one[1] = {next};
     TQ_CHECK_OK(model->forward(one, cache, logits, false));
+    ++decode_steps;
   }
   std::string tail = stream.finish();
   generated_text += tail;
   const double decode_s = seconds_since(t_decode);
   const auto n_gen = static_cast<int64_t>(stream.tokens().size());
   const double prefill_tps = prefill_s > 0 ? static_cast<double>(prompt.size()) / prefill_s : 0;
-  // Decode speed counts the forward passes after prefill: one per generated token but the last.
-  const double decode_tps =
-      decode_s > 0 && n_gen > 1 ? static_cast<double>(n_gen - 1) / decode_s : 0;
+  const double decode_tps = decode_s > 0 ? static_cast<double>(decode_steps) / decode_s : 0;
   if (o.json) {
     nlohmann::json j = {{"prompt", text},
                         {"prompt_tokens", prompt},

@@ -287,6 +287,11 @@ Result<ExprPtr> Parser::parse_postfix(ExprPtr n) {
       }
       advance();
       if (subs.empty()) return fail(at, "empty subscript");
+      if (subs.size() > 1) {
+        for (const auto& x : subs)
+          if (x->kind == ExprKind::kSlice && !x->args[0])
+            return fail(at, "unsupported: a slice inside a tuple subscript");
+      }
       if (subs.size() == 1 && subs[0]->kind == ExprKind::kSlice && !subs[0]->args[0]) {
         subs[0]->args[0] = std::move(n);
         n = std::move(subs[0]);
