@@ -310,6 +310,7 @@ class Renderer {
         return at(e, get_item(obj, key));
       }
       case ExprKind::kSlice: {
+        if (!e.args[0]) return located(e, err("a slice needs an object to slice"));
         TQ_TRY(Value obj, eval(*e.args[0]));
         Value parts[3] = {Value::none(), Value::none(), Value::none()};
         for (int k = 0; k < 3; ++k) {
