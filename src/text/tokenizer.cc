@@ -178,4 +178,8 @@ std::string Tokenizer::id_to_token(int32_t id) const {
 
 bool Tokenizer::is_special(int32_t id) const { return impl_->added.is_special(id); }
 
+bool Tokenizer::byte_level_decoder() const {
+  return impl_->decoder && impl_->decoder->kind == text::Decoder::Kind::kByteLevel;
+}
+
 }  // namespace tq

@@ -34,6 +34,9 @@ class Tokenizer {
   std::optional<int32_t> token_to_id(std::string_view token) const;
   std::string id_to_token(int32_t id) const;
   bool is_special(int32_t id) const;
+  // The top-level decoder is ByteLevel (GPT-2 style): mlx-lm then streams with its BPE
+  // detokenizer, which drops the leading space of the generated text.
+  bool byte_level_decoder() const;
 
  private:
   Tokenizer();

@@ -1,0 +1,170 @@
+// tq generate MODEL -p TEXT: text generation with the reference forward pass, streamed to
+// stdout; greedy by default, or sampled (--temp, --top-p, --top-k, --seed). --chat wraps the
+// prompt in the model's chat template. Statistics go to stderr as one final line.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/verb.h"
+#include "kernels/sampling.h"
+#include "model/forward.h"
+#include "model/model_chat.h"
+#include "model/model_source.h"
+#include "model/model_tokenizer.h"
+#include "text/chat_template.h"
+#include "text/stream_decoder.h"
+
+namespace tq::cli {
+namespace {
+
+struct GenerateOptions {
+  std::string model;
+  std::string prompt;
+  int64_t max_tokens = 256;
+  SamplingOptions sampling;
+  bool chat = false;
+  std::string system;
+  bool has_system = false;
+  bool json = false;
+};
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// The prompt text: as given, or the conversation [system?, user] through the chat template.
+Result<std::string> prompt_text(const GenerateOptions& o, const ModelSource& m,
+                                const ModelChat& chat) {
+  if (!o.chat) return o.prompt;
+  if (!chat.chat_template)
+    return err("{}: the model has no chat template ({}); run without --chat", m.path,
+               chat.template_source);
+  nlohmann::ordered_json messages = nlohmann::ordered_json::array();
+  if (o.has_system) messages.push_back({{"role", "system"}, {"content", o.system}});
+  messages.push_back({{"role", "user"}, {"content", o.prompt}});
+  auto t = ChatTemplate::parse(*chat.chat_template);
+  if (!t) return err("{}: {}", chat.template_source, t.error().message);
+  auto text = t->render(messages, true, chat.special_tokens);
+  if (!text) return err("{}: {}", chat.template_source, text.error().message);
+  return text;
+}
+
+void write_out(const std::string& s) {
+  if (s.empty()) return;
+  std::fwrite(s.data(), 1, s.size(), stdout);
+  std::fflush(stdout);
+}
+
+Status run_generate(const GenerateOptions& o) {
+  TQ_CHECK_OK(validate(o.sampling));
+  if (o.max_tokens < 1) return err("--max-tokens must be >= 1, got {}", o.max_tokens);
+  if (o.has_system && !o.chat) return err("--system needs --chat");
+  const auto t_load = Clock::now();
+  TQ_TRY(ModelSource m, open_model(o.model));
+  TQ_TRY(Tokenizer tok, load_model_tokenizer(m));
+  TQ_TRY(ModelChat chat, load_model_chat(m));
+  TQ_TRY(std::string text, prompt_text(o, m, chat));
+  // A chat template writes its own BOS; a plain prompt gets the post-processor's (mlx-lm).
+  std::vector<int32_t> prompt = tok.encode(text, /*add_special=*/!o.chat);
+  if (prompt.empty()) return err("the prompt is empty after tokenization");
+  std::vector<int32_t> eos = chat.eos_ids;
+  if (chat.eos_token) {
+    if (auto id = tok.token_to_id(*chat.eos_token)) eos.push_back(*id);
+  }
+  TQ_TRY(auto model, Transformer::load(m));
+  const int64_t vocab = model->config().vocab_size;
+  for (int32_t id : prompt) {
+    if (id < 0 || id >= vocab)
+      return err("{}: prompt token id {} is outside the model's vocabulary ({})", o.model, id,
+                 vocab);
+  }
+  const double load_s = seconds_since(t_load);
+
+  KvCache cache = model->new_cache(static_cast<int64_t>(prompt.size()) + o.max_tokens);
+  std::vector<float> logits(static_cast<size_t>(vocab));
+  const auto t_prefill = Clock::now();
+  TQ_CHECK_OK(model->forward(prompt, cache, logits, /*all_logits=*/false));
+  const double prefill_s = seconds_since(t_prefill);
+
+  Sampler sampler(o.sampling);
+  // As mlx-lm prints generations: its BPE detokenizer drops the first leading space.
+  StreamDecoder stream(tok, tok.byte_level_decoder());
+  std::string generated_text;
+  std::string stop = "max_tokens";
+  int64_t decode_steps = 0;  // forward passes after prefill
+  const auto t_decode = Clock::now();
+  for (int64_t n = 0; n < o.max_tokens; ++n) {
+    const int32_t next = sampler.next(logits);
+    if (std::find(eos.begin(), eos.end(), next) != eos.end()) {
+      stop = "eos";
+      break;
+    }
+    std::string piece = stream.add(next);
+    generated_text += piece;
+    if (!o.json) write_out(piece);
+    if (n + 1 == o.max_tokens) break;  // no forward for a token nobody will sample
+    const int32_t one[1] = {next};
+    TQ_CHECK_OK(model->forward(one, cache, logits, false));
+    ++decode_steps;
+  }
+  std::string tail = stream.finish();
+  generated_text += tail;
+  const double decode_s = seconds_since(t_decode);
+  const auto n_gen = static_cast<int64_t>(stream.tokens().size());
+  const double prefill_tps = prefill_s > 0 ? static_cast<double>(prompt.size()) / prefill_s : 0;
+  const double decode_tps = decode_s > 0 ? static_cast<double>(decode_steps) / decode_s : 0;
+  if (o.json) {
+    nlohmann::json j = {{"prompt", text},
+                        {"prompt_tokens", prompt},
+                        {"tokens", stream.tokens()},
+                        {"text", generated_text},
+                        {"stop", stop},
+                        {"load_s", load_s},
+                        {"prefill_tok_s", prefill_tps},
+                        {"decode_tok_s", decode_tps}};
+    write_out(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  } else {
+    write_out(tail + "\n");
+  }
+  std::fprintf(stderr,
+               "tq generate: prompt %zu tokens, %.1f tok/s | generated %lld tokens, %.1f tok/s | "
+               "stop: %s | load %.2f s\n",
+               prompt.size(), prefill_tps, static_cast<long long>(n_gen), decode_tps, stop.c_str(),
+               load_s);
+  return ok_status();
+}
+
+const bool kRegistered = register_verb(
+    {"generate", "Generate text from a prompt (greedy or sampled), optionally as a chat", 70,
+     [](CLI::App& app) -> VerbRun {
+       auto o = std::make_shared<GenerateOptions>();
+       app.add_option("model", o->model, "HF or MLX safetensors directory, or a GGUF file")
+           ->required();
+       app.add_option("-p,--prompt", o->prompt, "prompt text (the user message with --chat)")
+           ->required();
+       app.add_option("--max-tokens", o->max_tokens, "most tokens to generate")->default_val(256);
+       app.add_option("--temp", o->sampling.temperature, "sampling temperature; 0 is greedy")
+           ->default_val(0.0);
+       app.add_option("--top-p", o->sampling.top_p, "nucleus sampling mass in (0, 1]; 1 is off")
+           ->default_val(1.0);
+       app.add_option("--top-k", o->sampling.top_k, "sample among the k most likely; 0 is off")
+           ->default_val(0);
+       app.add_option("--seed", o->sampling.seed,
+                      "random seed (std::mt19937_64): same seed, same tokens")
+           ->default_val(0);
+       app.add_flag("--chat", o->chat, "apply the model's chat template to the prompt");
+       app.add_option("--system", o->system, "system message (with --chat)")
+           ->each([o](const std::string&) { o->has_system = true; });
+       app.add_flag("--json", o->json,
+                    "print one JSON object (prompt, token ids, text, speeds) instead of streaming");
+       return [o] { return run_generate(*o); };
+     }});
+
+}  // namespace
+}  // namespace tq::cli

@@ -1,0 +1,25 @@
+// Renders a parsed chat template. Scoping follows jinja2: each for-loop iteration and each
+// macro call gets its own frame; if-blocks do not; `set` writes the innermost frame.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/result.h"
+#include "text/jinja_ast.h"
+
+namespace tq::jinja {
+
+struct RenderLimits {
+  size_t max_output_bytes = size_t{64} << 20;
+  int64_t max_steps = 20'000'000;  // statements run + loop iterations
+};
+
+// `vars` are the template's variables (messages, add_generation_prompt, ...); the globals
+// range, namespace, dict, raise_exception and strftime_now come from jinja_builtins.
+Result<std::string> render(const Body& body, const std::vector<std::pair<std::string, Value>>& vars,
+                           const RenderLimits& limits = {});
+
+}  // namespace tq::jinja
