@@ -27,6 +27,7 @@ struct SensOptions {
   std::string dtype = "bf16";
   int64_t seq_len = 128, windows = 4;
   int group_size = 64;
+  std::vector<std::string> only;
   bool resume = false, rotate_weights = false, json = false;
 };
 
@@ -159,7 +160,13 @@ Status run_sensitivity(const SensOptions& o) {
     TQ_CHECK_OK(check_resumable(old, t, o.out));
     t.modules = std::move(old.modules);
   }
-  std::erase_if(todo, [&](const ModuleSensitivity& x) { return t.find(x.name) != nullptr; });
+  std::erase_if(todo, [&](const ModuleSensitivity& x) {
+    const bool wanted =
+        o.only.empty() || std::any_of(o.only.begin(), o.only.end(), [&](const auto& s) {
+          return x.name.find(s) != std::string::npos;
+        });
+    return !wanted || t.find(x.name) != nullptr;
+  });
   // Keep the file in model order whatever was finished before.
   const std::vector<ModuleSensitivity> order = quantizable_modules(m.src.config, t.dtype);
   auto model_order = [&](SensitivityTable& tab) {
@@ -169,7 +176,17 @@ Status run_sensitivity(const SensOptions& o) {
     tab.modules = std::move(sorted);
   };
   if (todo.empty()) {
-    fmt::print("{}: all {} modules already measured\n", o.out, t.modules.size());
+    if (!o.only.empty() && t.modules.empty()) return err("--only matches no module");
+    if (o.json)
+      fmt::print("{}\n", nlohmann::json{{"output", o.out},
+                                        {"modules", t.modules.size()},
+                                        {"specs", specs.size()},
+                                        {"measured", 0},
+                                        {"seconds", 0.0},
+                                        {"tokens_scored", t.calibration.tokens_scored}}
+                             .dump());
+    else
+      fmt::print("{}: all {} modules already measured\n", o.out, t.modules.size());
     return ok_status();
   }
   fmt::print(stderr,
@@ -244,6 +261,9 @@ const bool kRegistered = register_verb(
                       "float tensors stored in it): bf16, f16, f32")
            ->capture_default_str();
        app.add_option("-o,--output", o->out, "Output file")->capture_default_str();
+       app.add_option("--only", o->only,
+                      "Measure only modules whose name contains this text (repeatable), e.g. "
+                      "'layers.3.' or 'embed_tokens'; later runs with --resume add the rest");
        app.add_flag("--resume", o->resume, "Continue an interrupted run of the same options");
        app.add_flag("--rotate-weights", o->rotate_weights,
                     "Measure on the rotated model (not available yet)");

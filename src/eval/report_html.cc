@@ -190,7 +190,7 @@ std::string group_html(const ReportGroup& g, size_t index) {
         "</td></tr>\n",
         esc(a.artifact), esc(short_name(a.artifact)), esc(a.info ? a.info->recipe : "?"),
         opt_num(a.bpw()),
-        a.info ? fmt::format("{:.3f}", static_cast<double>(a.info->bytes) / 1e9) : "—", ppl,
+        a.info ? fmt::format("{:.4g}", static_cast<double>(a.info->bytes) / 1e9) : "—", ppl,
         opt_num(a.mean_kl(), "{:.5g}"), opt_num(field(a.kl, "median_kl"), "{:.5g}"),
         opt_num(field(a.kl, "p99_kl"), "{:.5g}"), top1 ? fmt::format("{:.2f}%", 100 * *top1) : "—",
         opt_num(field(a.bench, "decode_tok_s"), "{:.1f}"),

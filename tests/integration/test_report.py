@@ -22,7 +22,7 @@ WIKI = REPO.parent / "shared" / "data" / "wikitext-2-raw" / "wiki.test.raw"
 
 CFG = dict(tinymodels.TINY_LLAMA, hidden_size=128, num_hidden_layers=2, intermediate_size=256,
            num_attention_heads=4, num_key_value_heads=2, vocab_size=384,
-           max_position_embeddings=512, tie_word_embeddings=False)
+           max_position_embeddings=512, tie_word_embeddings=True)
 
 
 def tq(*args):
@@ -107,10 +107,13 @@ def test_report_has_one_point_per_artifact_and_renders(db, tmp_path):
     assert sorted(a for a, _ in kl) == sorted(quantized)  # one point per quantized artifact
     assert sorted(a for a, _ in ppl) == sorted(str(a) for a in db["arms"])
     assert any("pareto" in c for _, c in kl)
-    # The 8-bit artifact has the smallest KL, and bpw 8.5 / 4.5 / 3.5 appear in the table.
-    for bpw in ("8.5000", "4.5000", "3.5000", "32.0000"):
-        assert bpw in page
-    assert "affine 4-bit g64" in page
+    # The table shows each artifact's exact bpw (as tq inspect computes it) and recipe.
+    for a in db["arms"]:
+        bpw = json.loads(tq("inspect", a, "--json").stdout)["bpw"]
+        assert f"<td>{bpw:.4f}</td>" in page
+    assert "affine 4-bit g64" in page and "affine 3-bit g64" in page
+    # Lower bpw, higher KL here: every quantized point is on the Pareto front.
+    assert all("pareto" in c for _, c in kl)
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     if chromium is None:
