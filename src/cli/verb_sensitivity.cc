@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 struct SensOptions {
   std::string model, calib, out = "sensitivity.json", bits = "2,3,4,5,6,8", modes = "affine";
   std::string dtype = "bf16";
-  int64_t seq_len = 128, windows = 4;
+  int64_t seq_len = 128, windows = 2;
   int group_size = 64;
   std::vector<std::string> only;
   bool resume = false, rotate_weights = false, json = false;

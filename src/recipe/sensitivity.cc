@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <map>
 
 #include "io/json_parse.h"
 
@@ -190,6 +191,41 @@ std::vector<AllocModule> alloc_modules(const SensitivityTable& t, bool with_floa
     out.push_back(std::move(a));
   }
   return out;
+}
+
+Result<AllocPlan> allocate_from_table(const SensitivityTable& t, const AllocConstraints& cons,
+                                      AllocBudget budget, bool with_float) {
+  if (t.modules.empty()) return err("{}: the sensitivity table has no modules", t.model);
+  if (budget.fixed_params == 0 && budget.fixed_bytes == 0) {
+    budget.fixed_params = t.fixed_params;
+    budget.fixed_bytes = t.fixed_bytes;
+  }
+  std::vector<AllocModule> mods = alloc_modules(t, with_float);
+  return allocate(mods, cons, budget);
+}
+
+nlohmann::json alloc_plan_json(const AllocPlan& p) {
+  json mods = json::array();
+  std::map<std::string, int> counts;
+  for (const AllocChoice& c : p.modules) {
+    const std::string label = c.option.spec ? quant_spec_str(*c.option.spec) : "float";
+    ++counts[label];
+    mods.push_back({{"name", c.name},
+                    {"role", tensor_role_name(c.role)},
+                    {"spec", c.option.spec ? spec_json(*c.option.spec) : json(nullptr)},
+                    {"kl", c.option.measured ? json(c.option.kl) : json(nullptr)},
+                    {"bytes", c.option.bytes}});
+  }
+  return {{"bpw", p.bpw},
+          {"bytes", p.bytes},
+          {"params", p.params},
+          {"budget_bytes", p.budget_bytes},
+          {"predicted_kl", p.predicted_kl},
+          {"exact", p.exact},
+          {"unit_bytes", p.unit_bytes},
+          {"unmeasured", p.unmeasured},
+          {"spec_counts", counts},
+          {"modules", mods}};
 }
 
 Result<std::vector<QuantSpec>> candidate_specs(const std::vector<std::string>& modes,

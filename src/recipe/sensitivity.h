@@ -97,6 +97,16 @@ Status write_sensitivity(const std::string& path, const SensitivityTable& t);
 // (fixed_params, fixed_bytes) for the budget. Float is an option only when `with_float`.
 std::vector<AllocModule> alloc_modules(const SensitivityTable& t, bool with_float = false);
 
+// Allocation over a measured table: budget.fixed_params/fixed_bytes are taken from the table
+// when the caller leaves them 0. Errors when the table has no module or a pin names none.
+Result<AllocPlan> allocate_from_table(const SensitivityTable& t, const AllocConstraints& cons,
+                                      AllocBudget budget, bool with_float = false);
+
+// The plan as JSON: {"bpw", "bytes", "params", "budget_bytes", "predicted_kl", "exact",
+// "unit_bytes", "modules": [{"name", "role", "spec" (null = float), "kl", "bytes"}],
+// "spec_counts": {"affine 4-bit g64": 120, ...}}.
+nlohmann::json alloc_plan_json(const AllocPlan& p);
+
 // "affine,mxfp4" x "2,3,4" x group -> specs: affine takes each bit width; an fp mode
 // (fixed width) is added once at its own bits and group size.
 Result<std::vector<QuantSpec>> candidate_specs(const std::vector<std::string>& modes,

@@ -199,6 +199,31 @@ TEST(SensitivityFile, RoundTripsAndRejectsBadFiles) {
   EXPECT_FALSE(sensitivity_from_json(j, p).ok());
 }
 
+TEST(SensitivityFile, AllocatesFromATable) {
+  SensitivityTable t = sample_table();
+  ModuleSensitivity m2 = t.modules[0];
+  m2.name = "model.layers.0.mlp.down_proj";
+  m2.role = TensorRole::kMlpDown;
+  m2.specs = {{t.specs[0], 0.5, 288}, {t.specs[1], 0.0625, 272}};
+  t.modules.push_back(m2);
+  AllocBudget b;
+  b.target_bytes = 20 + 288 + 272;
+  auto p = allocate_from_table(t, {}, b);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->bytes, 20u + 272 + 272);  // mxfp4 has the lower KL in both modules
+  EXPECT_EQ(p->params, 10u + 2 * 512);   // fixed params come from the table
+  EXPECT_DOUBLE_EQ(p->predicted_kl, 0.125 + 0.0625);
+  nlohmann::json j = alloc_plan_json(*p);
+  EXPECT_EQ(j["spec_counts"]["mxfp4"], 2);
+  EXPECT_EQ(j["modules"][1]["spec"]["mode"], "mxfp4");
+  AllocConstraints pin;
+  pin.pinned["model.layers.0.mlp.down_proj"] = std::nullopt;
+  b.target_bytes = 20 + 272 + 1024;
+  auto pf = allocate_from_table(t, pin, b);
+  ASSERT_TRUE(pf.ok()) << pf.error().message;
+  EXPECT_TRUE(alloc_plan_json(*pf)["modules"][1]["spec"].is_null());
+}
+
 TEST(SensitivityFile, CandidateSpecs) {
   auto s = candidate_specs({"affine", "mxfp4"}, {2, 4}, 64);
   ASSERT_TRUE(s.ok());
