@@ -279,7 +279,9 @@ Result<GptqResult> gptq_quantize(std::span<const float> w, int64_t rows, int64_t
   const int64_t gs = spec.group_size;
   const int block = static_cast<int>(std::max<int64_t>(gs, opt.block / gs * gs));
   const float ceiling = static_cast<float>(opt.scale_guard) * rtn.max_scale;
-  for (double frac = opt.damp; frac <= opt.max_damp * (1.0 + 1e-9); frac *= 10.0) {
+  for (int level = 0;; ++level) {
+    const double frac = opt.damp * std::pow(10.0, level);  // not a running product: no drift
+    if (frac > opt.max_damp * (1.0 + 1e-9)) break;
     ++res.attempts;
     std::vector<double> a = hp;
     const double lambda = frac * mean_diag;

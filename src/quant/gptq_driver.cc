@@ -1,5 +1,6 @@
 #include "quant/gptq_driver.h"
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -141,7 +142,13 @@ Result<GptqModule> GptqDriver::quantize_module(int64_t layer, const std::string&
     p.layers = cfg_.num_hidden_layers;
     p.module = m.name;
     p.result = &g;
-    p.elapsed_s = seconds_;
+    const double in_layer = now_s() - layer_t0_;
+    p.elapsed_s = seconds_ + in_layer;
+    const int64_t done = next_layer_;  // seconds_ covers every finished layer, resumed ones too
+    if (done > 0)
+      p.eta_s = std::max(0.0, seconds_ / static_cast<double>(done) *
+                                      static_cast<double>(cfg_.num_hidden_layers - layer) -
+                                  in_layer);
     opt_.progress(p);
   }
   return m;
@@ -158,7 +165,7 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
     return err("gptq: layer {} requested, layer {} comes next (layers go in order)", layer,
                next_layer_);
   if (!have_input_) return err("gptq: layer {} has no input activations (set_embedding)", layer);
-  const double t0 = now_s();
+  const double t0 = layer_t0_ = now_s();
   TQ_TRY(LayerWeights lw, layer_weights_from(tensors, cfg_, layer));
   TQ_TRY(LayerRunner run, LayerRunner::create(cfg_, seq_));
   const auto names = linear_names(cfg_, layer);

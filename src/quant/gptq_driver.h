@@ -103,7 +103,8 @@ class GptqDriver {
   ActivationStore x_;            // [rows, seq * d]
   bool have_input_ = false;
   int64_t next_layer_ = 0, resumed_layers_ = 0;
-  double seconds_ = 0.0;
+  double seconds_ = 0.0;  // spent in quantize_layer, over runs (checkpointed)
+  double layer_t0_ = 0.0;
   nlohmann::json summary_;
 };
 

@@ -55,7 +55,13 @@ Tensors random_model(const ModelConfig& cfg, uint32_t seed) {
 class MapSource : public TensorSource {
  public:
   explicit MapSource(const Tensors& t) : t_(t) {
-    for (const auto& [name, f] : t_) infos_.push_back(TensorInfo{name, f.shape, "F32"});
+    for (const auto& [name, f] : t_) {
+      TensorInfo info;
+      info.name = name;
+      info.shape = f.shape;
+      info.storage = "F32";
+      infos_.push_back(info);
+    }
   }
   const std::string& path() const override { return path_; }
   const std::vector<TensorInfo>& tensors() const override { return infos_; }

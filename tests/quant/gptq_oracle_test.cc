@@ -75,8 +75,8 @@ TEST(GptqOracle, MatchesNumpyReference) {
     }
     EXPECT_EQ(code_diffs, 0);
     EXPECT_EQ(q_diffs, 0);
-    std::printf("%s: loss %.6g (numpy %.6g), RTN %.6g\n", name.c_str(), r->proxy_loss, loss,
-                r->rtn_loss);
+    std::printf("%s: loss %.9g (numpy %.9g, rel diff %.2g), RTN %.6g\n", name.c_str(),
+                r->proxy_loss, loss, std::fabs(r->proxy_loss - loss) / loss, r->rtn_loss);
     ++cases;
   }
   EXPECT_GT(cases, 0);

@@ -199,19 +199,21 @@ TEST(Gptq, RankDeficientHessianWithDeadColumns) {
 }
 
 TEST(Gptq, IndefiniteHessianEscalatesDamping) {
-  // 2x2 blocks [[1, 2], [2, 1]] (eigenvalues 3 and -1): Cholesky fails until λ > 1·mean(diag).
+  // 2x2 blocks [[1, 3], [3, 1]] (eigenvalues 4 and -2): Cholesky fails until λ > 2·mean(diag).
   const int64_t rows = 16, cols = 64;
   std::vector<double> h(static_cast<size_t>(cols * cols), 0.0);
   for (int64_t i = 0; i < cols; i += 2) {
     h[i * cols + i] = h[(i + 1) * cols + i + 1] = 1.0;
-    h[i * cols + i + 1] = h[(i + 1) * cols + i] = 2.0;
+    h[i * cols + i + 1] = h[(i + 1) * cols + i] = 3.0;
   }
   auto w = weights(rows, cols, 12, DType::kF32);
   auto r = gptq_quantize(w, rows, cols, h, {QuantMode::kAffine, 4, 32}, DType::kF32);
   ASSERT_TRUE(r.ok()) << r.error().message;
-  EXPECT_GE(r->cholesky_failures, 2);
+  EXPECT_EQ(r->cholesky_failures, 3);
   EXPECT_LE(r->proxy_loss, r->rtn_loss);
-  if (!r->fallback) EXPECT_DOUBLE_EQ(r->damp, 10.0);
+  if (!r->fallback) {
+    EXPECT_DOUBLE_EQ(r->damp, 10.0);
+  }
   EXPECT_EQ(r->attempts, 4);
 }
 
