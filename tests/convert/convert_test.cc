@@ -6,11 +6,11 @@
 #include <random>
 #include <set>
 
+#include "../testing/test_files.h"
 #include "convert/rtn_quantizer.h"
 #include "formats/mlx_quant.h"
 #include "io/staging_dir.h"
 #include "model/tensor_table.h"
-#include "testing/test_files.h"
 
 namespace tq {
 namespace {
