@@ -4,10 +4,12 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cli/convert_gptq.h"
 #include "cli/verb.h"
 #include "convert/convert.h"
 #include "convert/rtn_quantizer.h"
@@ -21,6 +23,7 @@ struct ConvertArgs {
   std::string mode, dtype, recipe, max_shard = "5GiB";
   std::vector<std::string> keep_float;
   bool dry_run = false, force = false, json = false, no_timings = false;
+  GptqArgs gptq;
 };
 
 std::atomic<bool> g_interrupted{false};
@@ -56,6 +59,7 @@ nlohmann::json options_record(const ConvertArgs& a) {
       {"keep_float", a.keep_float},
       {"recipe", a.recipe},
       {"max_shard_size", a.max_shard}};
+  if (a.gptq.enabled) o["gptq"] = gptq_options_record(a.gptq);
   return o;
 }
 
@@ -137,7 +141,24 @@ Status run_convert_verb(const ConvertArgs& a) {
                a.out.c_str(), quant_spec_str(job.plan.global).c_str(), plan_size.bpw,
                static_cast<unsigned long long>(plan_size.bytes));
   RtnQuantizer rtn;
-  TQ_TRY(ConvertSummary s, run_convert(job, rtn, o));
+  LayerQuantizer* quantizer = &rtn;
+  GptqSetup gptq;
+  if (a.gptq.enabled) {
+    TQ_TRY(gptq, make_gptq(a.gptq, job, o));
+    quantizer = gptq.quantizer.get();
+  }
+  TQ_TRY(ConvertSummary s, run_convert(job, *quantizer, o));
+  if (a.gptq.enabled) {
+    const nlohmann::json g = gptq.quantizer->metadata()["guards"];
+    std::fprintf(stderr,
+                 "tq convert: gptq guards: %d modules, %d escalated damping, %d fell back to RTN "
+                 "(%d Cholesky failures, %d scale and %d loss divergences)\n",
+                 g.value("modules", 0), g.value("escalated", 0), g.value("fallbacks", 0),
+                 g.value("cholesky_failures", 0), g.value("scale_divergences", 0),
+                 g.value("loss_divergences", 0));
+    std::error_code ec;
+    std::filesystem::remove_all(gptq.checkpoint_dir, ec);  // the output is complete
+  }
   if (a.json) {
     nlohmann::json j = {{"dest", s.dest},
                         {"params", s.size.params},
@@ -183,6 +204,7 @@ const bool kRegistered = register_verb({
       app.add_flag("--json", a->json, "print a JSON summary on stdout");
       app.add_flag("--no-timings", a->no_timings,
                    "leave timings out of tq_metadata.json (byte-identical reruns)");
+      add_gptq_flags(app, &a->gptq);
       return [a]() { return run_convert_verb(*a); };
     },
 });
