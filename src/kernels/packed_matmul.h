@@ -35,9 +35,13 @@ void packed_matmul_ref(const PackedMatrix& w, const float* x, int64_t n, float* 
 struct ActQ8 {
   int64_t n = 0, cols = 0;     // cols % 32 == 0
   std::vector<int8_t> q;       // [n, cols] natural order
-  std::vector<int8_t> q4;      // [n, cols] each 64-chunk as (even k, then odd k): nibble order
+  // [n, cols] in the order of 4-bit codes' nibbles: each 128-chunk of two 64-halves A, B as
+  // (A even k, B even k, A odd k, B odd k); a last 64-chunk as (even k, odd k); a last
+  // 32-block as is.
+  std::vector<int8_t> q4;
   std::vector<float> d;        // [n, cols / 32]
   std::vector<float> dv;       // [n, cols / 64 * 8]: d[2c] four times, then d[2c+1] four times
+  std::vector<float> dv8;      // [n, cols / 64 * 16]: d[2c] eight times, then d[2c+1] eight
   std::vector<float> sum;      // [n, cols / 32] Σ x of the block, from the f32 values
 };
 void quantize_act_q8(const float* x, int64_t n, int64_t cols, ActQ8* out);

@@ -51,6 +51,7 @@ void quantize_act_q8(const float* x, int64_t n, int64_t cols, ActQ8* out) {
   out->d.resize(static_cast<size_t>(n * nb));
   out->sum.resize(static_cast<size_t>(n * nb));
   out->dv.resize(static_cast<size_t>(n * (cols / 64) * 8));
+  out->dv8.resize(static_cast<size_t>(n * (cols / 64) * 16));
   for (int64_t t = 0; t < n; ++t) {
     const float* xt = x + t * cols;
     int8_t* q = out->q.data() + t * cols;
@@ -63,14 +64,25 @@ void quantize_act_q8(const float* x, int64_t n, int64_t cols, ActQ8* out) {
       out->d[t * nb + b] = d;
       out->sum[t * nb + b] = s;
     }
-    // Nibble order: byte j of 4-bit codes holds k = 2j (low) and 2j+1 (high) of a 64-chunk.
+    // Nibble order: byte j of a 64-code half holds k = 2j (low nibble) and 2j+1 (high).
     int8_t* q4 = out->q4.data() + t * cols;
-    for (int64_t c = 0; c + 64 <= cols; c += 64)
+    int64_t c = 0;
+    for (; c + 128 <= cols; c += 128)
+      for (int j = 0; j < 32; ++j) {
+        q4[c + j] = q[c + 2 * j], q4[c + 32 + j] = q[c + 64 + 2 * j];
+        q4[c + 64 + j] = q[c + 2 * j + 1], q4[c + 96 + j] = q[c + 64 + 2 * j + 1];
+      }
+    if (c + 64 <= cols) {
       for (int j = 0; j < 32; ++j) q4[c + j] = q[c + 2 * j], q4[c + 32 + j] = q[c + 2 * j + 1];
-    if (cols % 64 != 0) std::memcpy(q4 + cols - 32, q + cols - 32, 32);
+      c += 64;
+    }
+    if (c < cols) std::memcpy(q4 + c, q + c, static_cast<size_t>(cols - c));
     float* dv = out->dv.data() + t * (cols / 64) * 8;
-    for (int64_t c = 0; c < cols / 64; ++c)
-      for (int i = 0; i < 8; ++i) dv[c * 8 + i] = out->d[t * nb + 2 * c + i / 4];
+    float* dv8 = out->dv8.data() + t * (cols / 64) * 16;
+    for (int64_t h = 0; h < cols / 64; ++h) {
+      for (int i = 0; i < 8; ++i) dv[h * 8 + i] = out->d[t * nb + 2 * h + i / 4];
+      for (int i = 0; i < 16; ++i) dv8[h * 16 + i] = out->d[t * nb + 2 * h + i / 8];
+    }
   }
 }
 
