@@ -22,7 +22,9 @@ TEST(ThreadPool, CoversEveryIndexOnceWithAlignedSlices) {
             [&](int64_t b, int64_t e) {
               calls++;
               EXPECT_EQ(b % align, 0);
-              if (e != n) EXPECT_EQ(e % align, 0);
+              if (e != n) {
+                EXPECT_EQ(e % align, 0);
+              }
               for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
             },
             align);

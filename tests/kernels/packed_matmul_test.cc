@@ -206,9 +206,10 @@ TEST(PackedMatmul, Int8ActivationsEqualTheirScalarReference) {
   int checked = 0;
   for (int bits : {4, 8})
     for (int g : {32, 64, 128})
-      for (int64_t cols : {int64_t{160}, int64_t{384}}) {
+      for (int64_t cols : {int64_t{160}, int64_t{384}, int64_t{576}}) {
         if (cols % g != 0) continue;
-        Case c = make_case(WeightFormat::kAffine, bits, g, DType::kBF16, rows, cols, seed++);
+        const DType sdt = cols == 576 ? DType::kF32 : DType::kBF16;
+        Case c = make_case(WeightFormat::kAffine, bits, g, sdt, rows, cols, seed++);
         SCOPED_TRACE(weight_format_str(c.m) + " cols " + std::to_string(cols));
         const int64_t n = 5;
         std::vector<float> x = random_x(n, cols, seed++);
