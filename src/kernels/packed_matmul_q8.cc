@@ -19,6 +19,9 @@
 #if HWY_ARCH_X86
 #include <immintrin.h>
 #endif
+// GCC 12's AVX-512 headers build casts and reductions from _mm512_undefined_*: false alarms.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 HWY_BEFORE_NAMESPACE();
 #if HWY_TARGET == HWY_AVX3_DL
