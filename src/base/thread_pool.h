@@ -26,8 +26,7 @@ class ThreadPool {
   // Splits [0, n) into size() contiguous slices whose bounds are multiples of `align` (except
   // n) and runs fn(begin, end) once per slice, on any thread; returns when all are done. Not
   // reentrant: fn must not call parallel_for on the same pool.
-  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
-                    int64_t align = 1);
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t align = 1);
 
   static int hardware_threads();
 
@@ -40,10 +39,10 @@ class ThreadPool {
   // The current loop; written only while no slice of it can be claimed.
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0, align_ = 1;
-  uint32_t gen_ = 0;                    // the caller's count of loops
-  std::atomic<uint64_t> ticket_{0};     // generation << 32 | next slice to claim
-  std::atomic<uint32_t> generation_{0}; // what sleeping workers wait on
-  std::atomic<int> done_{0};            // slices finished in the current loop
+  uint32_t gen_ = 0;                     // the caller's count of loops
+  std::atomic<uint64_t> ticket_{0};      // generation << 32 | next slice to claim
+  std::atomic<uint32_t> generation_{0};  // what sleeping workers wait on
+  std::atomic<int> done_{0};             // slices finished in the current loop
   std::atomic<bool> stop_{false};
 };
 

@@ -8,8 +8,9 @@
 namespace tq::cli {
 
 inline void add_runtime_flags(CLI::App& app, RuntimeOptions* o) {
-  app.add_flag("--reference", o->reference,
-               "run the f32 reference runtime (weights dequantized at load) instead of the fast one");
+  app.add_flag(
+      "--reference", o->reference,
+      "run the f32 reference runtime (weights dequantized at load) instead of the fast one");
   app.add_option("--threads", o->threads, "fast runtime: threads in all (0: one per core)")
       ->capture_default_str();
   app.add_flag("--int8", o->int8_activations,

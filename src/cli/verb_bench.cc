@@ -27,16 +27,16 @@ Status run_bench_verb(const BenchCliOptions& o) {
   TQ_TRY(auto net, Transformer::load(src, o.runtime));
   src.tensors.reset();  // the network keeps what it needs
   TQ_TRY(eval::BenchResult r, eval::run_bench(*net, o.bench, [&](int64_t d, int64_t t) {
-    if (!o.json) fmt::print(stderr, "\rbench: run {}/{}", d, t), std::fflush(stderr);
-  }));
+           if (!o.json) fmt::print(stderr, "\rbench: run {}/{}", d, t), std::fflush(stderr);
+         }));
   if (!o.json) fmt::print(stderr, "\n");
   nlohmann::json j = eval::bench_json(r, o.bench);
   j["model"] = o.model;
   j["threads"] = net->threads();
-  const std::string protocol =
-      fmt::format("bench: random prompts of {} tokens, greedy decode of {}, {} repeats, {} threads, {}",
-                  fmt::join(o.bench.prompt_lengths, "/"), o.bench.gen, o.bench.repeat,
-                  net->threads(), r.runtime);
+  const std::string protocol = fmt::format(
+      "bench: random prompts of {} tokens, greedy decode of {}, {} repeats, {} threads, {}",
+      fmt::join(o.bench.prompt_lengths, "/"), o.bench.gen, o.bench.repeat, net->threads(),
+      r.runtime);
   if (o.json) {
     fmt::print("{}\n", j.dump());
   } else {
@@ -47,9 +47,10 @@ Status run_bench_verb(const BenchCliOptions& o) {
       fmt::print("{:>8} {:>8.1f} {:>8.1f} {:>8.1f}   {:>8.1f} {:>8.1f} {:>8.1f}   {:>20.4f}\n",
                  p.prompt_len, p.prefill_tok_s.min, p.prefill_tok_s.median, p.prefill_tok_s.max,
                  p.decode_tok_s.min, p.decode_tok_s.median, p.decode_tok_s.max, p.ttft_s.median);
-    fmt::print("decode roofline: {:.1f} tok/s = {:.2f} GB/s measured read bandwidth / {:.1f} MB per "
-               "token\n",
-               r.roofline_tok_s, r.bandwidth_bytes_s / 1e9, r.bytes_per_token / 1e6);
+    fmt::print(
+        "decode roofline: {:.1f} tok/s = {:.2f} GB/s measured read bandwidth / {:.1f} MB per "
+        "token\n",
+        r.roofline_tok_s, r.bandwidth_bytes_s / 1e9, r.bytes_per_token / 1e6);
     fmt::print("peak RSS: {:.1f} MB\n", r.peak_rss_bytes / 1e6);
   }
   std::fflush(stdout);

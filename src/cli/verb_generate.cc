@@ -1,5 +1,5 @@
-// tq generate MODEL -p TEXT: text generation (fast runtime; --reference for the f32 one), streamed to
-// stdout; greedy by default, or sampled (--temp, --top-p, --top-k, --seed). --chat wraps the
+// tq generate MODEL -p TEXT: text generation (fast runtime; --reference for the f32 one), streamed
+// to stdout; greedy by default, or sampled (--temp, --top-p, --top-k, --seed). --chat wraps the
 // prompt in the model's chat template. Statistics go to stderr as one final line.
 #include <algorithm>
 #include <chrono>

@@ -38,9 +38,15 @@ Status run_ppl(const PplOptions& o) {
   const eval::Perplexity p = eval::perplexity(nll);
   const std::string protocol = eval::protocol_string(w, text.sha256);
   const double tok_s = double(w.count * (w.seq_len - 1)) / seconds;
-  nlohmann::json j = {{"ppl", p.ppl},         {"ppl_se", p.se},     {"tokens_scored", nll.size()},
-                      {"protocol", protocol}, {"model", m.path},    {"windows", w.count},
-                      {"seq_len", w.seq_len}, {"seconds", seconds}, {"tok_s", tok_s},
+  nlohmann::json j = {{"ppl", p.ppl},
+                      {"ppl_se", p.se},
+                      {"tokens_scored", nll.size()},
+                      {"protocol", protocol},
+                      {"model", m.path},
+                      {"windows", w.count},
+                      {"seq_len", w.seq_len},
+                      {"seconds", seconds},
+                      {"tok_s", tok_s},
                       {"runtime", m.net->runtime_name()}};
   if (o.json) {
     fmt::print("{}\n", j.dump());

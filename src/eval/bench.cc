@@ -109,7 +109,8 @@ Result<BenchResult> run_bench(const Transformer& t, const BenchOptions& o,
   r.peak_rss_bytes = peak_rss_bytes();
   r.bytes_per_token = t.bytes_per_token();
   r.bandwidth_bytes_s = measure_read_bandwidth(t.threads());
-  r.roofline_tok_s = r.bandwidth_bytes_s / static_cast<double>(std::max<uint64_t>(r.bytes_per_token, 1));
+  r.roofline_tok_s =
+      r.bandwidth_bytes_s / static_cast<double>(std::max<uint64_t>(r.bytes_per_token, 1));
   return r;
 }
 

@@ -17,9 +17,9 @@ namespace tq::eval {
 
 struct BenchOptions {
   std::vector<int64_t> prompt_lengths = {128, 512, 2048};
-  int64_t gen = 128;   // decode steps after each prefill
-  int repeat = 3;      // runs per prompt length
-  uint64_t seed = 0;   // prompt token ids are drawn uniformly from the vocabulary
+  int64_t gen = 128;  // decode steps after each prefill
+  int repeat = 3;     // runs per prompt length
+  uint64_t seed = 0;  // prompt token ids are drawn uniformly from the vocabulary
 };
 
 struct Spread {

@@ -39,8 +39,9 @@ Status EvalModel::load_weights(bool show_progress, const RuntimeOptions& runtime
                  static_cast<long long>(done), static_cast<long long>(total),
                  done == total ? "\n" : "");
   };
-  TQ_TRY(net, Transformer::load(src, runtime, tty ? std::function<void(int64_t, int64_t)>(progress)
-                                         : std::function<void(int64_t, int64_t)>()));
+  TQ_TRY(net, Transformer::load(src, runtime,
+                                tty ? std::function<void(int64_t, int64_t)>(progress)
+                                    : std::function<void(int64_t, int64_t)>()));
   // The network holds its own f32 copy or mapping: drop this one so its pages leave the RSS.
   src.tensors.reset();
   return ok_status();

@@ -247,8 +247,8 @@ void DecodeRow(const PackedMatrix& w, int64_t r, float* out) {
       const float s = e8m0_to_f32(w.scales[gi]);
       for (int64_t k = 0; k < g; ++k) o[k] = s * e4m3_to_f32(codes[k]);
     } else {
-      const float s = w.format == WeightFormat::kNvfp4 ? e4m3_to_f32(w.scales[gi])
-                                                      : e8m0_to_f32(w.scales[gi]);
+      const float s =
+          w.format == WeightFormat::kNvfp4 ? e4m3_to_f32(w.scales[gi]) : e8m0_to_f32(w.scales[gi]);
       for (int64_t k = 0; k < g; ++k) o[k] = s * kE2M1[codes[k]];
     }
   }
@@ -315,8 +315,8 @@ void TileRows(const float* w, const float* x, int64_t cols, int64_t tb, float* y
 }
 
 // Prefill: strips of 4 rows decoded to f32 once per block of tokens, then 4x3 FMA tiles.
-void GemmStrips(const PackedMatrix& w, const float* x, int64_t n, float* y, int64_t ldy,
-                int64_t r0, int64_t r1) {
+void GemmStrips(const PackedMatrix& w, const float* x, int64_t n, float* y, int64_t ldy, int64_t r0,
+                int64_t r1) {
   constexpr int64_t kRB = 4, kTB = 3;
   const int64_t cols = w.cols;
   // Tokens per block: their activations stay in L2 while the strips stream past.

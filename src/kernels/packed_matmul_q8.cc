@@ -95,8 +95,8 @@ inline __m256i Dot64(const uint8_t* p, const int8_t* xl, const int8_t* xh) {
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   const __m256i lo = _mm256_and_si256(v, m4);
   const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-  const __m256i acc = DotU8S8(_mm256_setzero_si256(), lo,
-                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xl)));
+  const __m256i acc =
+      DotU8S8(_mm256_setzero_si256(), lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xl)));
   return DotU8S8(acc, hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xh)));
 }
 
@@ -177,13 +177,11 @@ inline float RowQ8(const PackedMatrix& w, const float* sc, const float* sb, cons
   const int gshift = w.group >= 64 ? Log2(w.group / 64) : 0;
   __m512 u0 = _mm512_setzero_ps(), u1 = u0;
   for (int64_t h = 0; h < steps; ++h) {
-    const __m512i acc =
-        _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_loadu_si512(row + 64 * h),
-                            _mm512_loadu_si512(q + 64 * h));
-    const __m512 sv =
-        w.group == 32
-            ? _mm512_permutexvar_ps(idx64, _mm512_castps128_ps512(_mm_loadu_ps(sc + 2 * h)))
-            : _mm512_set1_ps(sc[h >> gshift]);
+    const __m512i acc = _mm512_dpbusd_epi32(
+        _mm512_setzero_si512(), _mm512_loadu_si512(row + 64 * h), _mm512_loadu_si512(q + 64 * h));
+    const __m512 sv = w.group == 32 ? _mm512_permutexvar_ps(
+                                          idx64, _mm512_castps128_ps512(_mm_loadu_ps(sc + 2 * h)))
+                                    : _mm512_set1_ps(sc[h >> gshift]);
     const __m512 f = _mm512_mul_ps(_mm512_loadu_ps(dv8 + 16 * h), sv);
     if (h & 1)
       u1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), f, u1);

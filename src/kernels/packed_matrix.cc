@@ -40,8 +40,8 @@ Status check_size(std::string_view what, std::span<const uint8_t> s, int64_t row
 uint64_t PackedMatrix::bytes() const {
   uint64_t b = static_cast<uint64_t>(rows) * static_cast<uint64_t>(row_bytes());
   if (quantized()) {
-    uint64_t per = static_cast<uint64_t>(rows) * static_cast<uint64_t>(groups()) *
-                   dtype_size(scale_dtype);
+    uint64_t per =
+        static_cast<uint64_t>(rows) * static_cast<uint64_t>(groups()) * dtype_size(scale_dtype);
     b += per * (biases != nullptr ? 2 : 1);
   }
   return b;
@@ -96,8 +96,7 @@ Result<PackedMatrix> make_quant_matrix(const QuantSpec& spec, int64_t rows, int6
       break;
   }
   if (spec.mode != QuantMode::kAffine) {
-    if (scale_dtype != DType::kU8 && scale_dtype != DType::kF8E8M0 &&
-        scale_dtype != DType::kF8E4M3)
+    if (scale_dtype != DType::kU8 && scale_dtype != DType::kF8E8M0 && scale_dtype != DType::kF8E4M3)
       return err("packed matrix: {} scales of dtype {}", quant_spec_str(spec),
                  dtype_name(scale_dtype));
     m.scale_dtype = DType::kU8;

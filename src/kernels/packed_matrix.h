@@ -17,13 +17,13 @@ enum class WeightFormat : uint8_t { kF32, kF16, kBF16, kAffine, kMxfp4, kNvfp4, 
 
 struct PackedMatrix {
   WeightFormat format = WeightFormat::kF32;
-  int bits = 32;                     // element width: 32/16 floats, 2..8 affine, 4/8 fp modes
-  int group = 0;                     // quantization group (0 for float formats)
-  DType scale_dtype = DType::kF32;   // affine: F32/F16/BF16; fp modes: U8 (E8M0 or E4M3 bytes)
-  int64_t rows = 0, cols = 0;        // [out, in]
-  const uint8_t* data = nullptr;     // rows * row_bytes() bytes, row-major
-  const uint8_t* scales = nullptr;   // [rows, cols / group] of scale_dtype (quantized only)
-  const uint8_t* biases = nullptr;   // [rows, cols / group] of scale_dtype (affine only)
+  int bits = 32;                    // element width: 32/16 floats, 2..8 affine, 4/8 fp modes
+  int group = 0;                    // quantization group (0 for float formats)
+  DType scale_dtype = DType::kF32;  // affine: F32/F16/BF16; fp modes: U8 (E8M0 or E4M3 bytes)
+  int64_t rows = 0, cols = 0;       // [out, in]
+  const uint8_t* data = nullptr;    // rows * row_bytes() bytes, row-major
+  const uint8_t* scales = nullptr;  // [rows, cols / group] of scale_dtype (quantized only)
+  const uint8_t* biases = nullptr;  // [rows, cols / group] of scale_dtype (affine only)
 
   int64_t row_bytes() const { return cols * bits / 8; }
   int64_t groups() const { return group > 0 ? cols / group : 0; }

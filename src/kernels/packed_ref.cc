@@ -86,8 +86,8 @@ void quantize_act_q8(const float* x, int64_t n, int64_t cols, ActQ8* out) {
   }
 }
 
-void packed_matmul_q8_ref(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
-                          int64_t r0, int64_t r1) {
+void packed_matmul_q8_ref(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,
+                          int64_t r1) {
   const int64_t nb = w.cols / 32, per = w.group / 32;
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = w.data + r * w.row_bytes();

@@ -41,8 +41,8 @@ void AxpyImpl(float a, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
-void AttendImpl(const float* q, const float* k, const float* v, int64_t len, int64_t ld,
-                int64_t hd, float scale, float* scores, float* out) {
+void AttendImpl(const float* q, const float* k, const float* v, int64_t len, int64_t ld, int64_t hd,
+                float scale, float* scores, float* out) {
   float m = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < len; ++j) {
     scores[j] = scale * DotImpl(q, k + j * ld, hd);
@@ -75,8 +75,8 @@ float dot_f32(const float* a, const float* b, int64_t n) {
 void axpy_f32(float a, const float* x, float* y, int64_t n) {
   HWY_DYNAMIC_DISPATCH(AxpyImpl)(a, x, y, n);
 }
-void attend_one(const float* q, const float* k, const float* v, int64_t len, int64_t ld,
-                int64_t hd, float scale, float* scores, float* out) {
+void attend_one(const float* q, const float* k, const float* v, int64_t len, int64_t ld, int64_t hd,
+                float scale, float* scores, float* out) {
   HWY_DYNAMIC_DISPATCH(AttendImpl)(q, k, v, len, ld, hd, scale, scores, out);
 }
 

@@ -8,6 +8,7 @@
 #include <deque>
 #include <mutex>
 
+#include <cblas.h>
 #include <fmt/format.h>
 
 #include "base/thread_pool.h"
@@ -23,8 +24,8 @@ namespace tq {
 namespace {
 
 struct FastLayer {
-  PackedMatrix q, k, v, o;        // [qd, d], [kvd, d], [kvd, d], [d, qd]
-  PackedMatrix gate, up, down;    // [inter, d], [inter, d], [d, inter]
+  PackedMatrix q, k, v, o;                 // [qd, d], [kvd, d], [kvd, d], [d, qd]
+  PackedMatrix gate, up, down;             // [inter, d], [inter, d], [d, inter]
   std::vector<float> norm_attn, norm_mlp;  // [d]
   std::vector<float> q_norm, k_norm;       // [hd] (qwen3), else empty
   std::vector<float> q_b, k_b, v_b, o_b;   // biases (qwen2), else empty
@@ -39,6 +40,9 @@ struct MatJob {
   const std::vector<float>* bias;
 };
 
+// From this many tokens on, products go through decoded strips and OpenBLAS.
+constexpr int64_t kBlasMinTokens = 16;
+
 void add_into(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
@@ -49,9 +53,9 @@ struct FastModel::Impl {
   ModelConfig cfg;
   RuntimeOptions opts;
   std::vector<double> inv_freq;
-  std::unique_ptr<DirTensorSource> dir;        // the mapped files the matrices point into
-  std::deque<std::vector<float>> owned;        // f32 matrices that could not be used in place
-  PackedMatrix embed, lm_head;                 // lm_head = embed when tied
+  std::unique_ptr<DirTensorSource> dir;  // the mapped files the matrices point into
+  std::deque<std::vector<float>> owned;  // f32 matrices that could not be used in place
+  PackedMatrix embed, lm_head;           // lm_head = embed when tied
   std::vector<float> norm_final;
   std::vector<FastLayer> layers;
   std::unique_ptr<ThreadPool> pool;
@@ -64,6 +68,8 @@ struct FastModel::Impl {
   Result<PackedMatrix> matrix(const TensorSource& ts, const TensorSpec& s);
   Status vec(const TensorSource& ts, const TensorSpec& s, std::vector<float>* out);
   void run(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const;
+  void run_blas(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const;
+  mutable std::vector<float> dense;  // a strip of rows decoded for the prefill GEMM
 };
 
 Result<PackedMatrix> FastModel::Impl::matrix(const TensorSource& ts, const TensorSpec& s) {
@@ -89,8 +95,8 @@ Result<PackedMatrix> FastModel::Impl::matrix(const TensorSource& ts, const Tenso
       if (!m.ok()) return err("{}: tensor '{}': {}", ts.path(), s.name, m.error().message);
       return m;
     }
-    if (we != nullptr && (we->dtype == DType::kF32 || we->dtype == DType::kF16 ||
-                          we->dtype == DType::kBF16)) {
+    if (we != nullptr &&
+        (we->dtype == DType::kF32 || we->dtype == DType::kF16 || we->dtype == DType::kBF16)) {
       auto m = make_float_matrix(we->dtype, rows, cols, files[fw].data(*we));
       if (!m.ok()) return err("{}: tensor '{}': {}", ts.path(), s.name, m.error().message);
       return m;
@@ -116,6 +122,7 @@ Status FastModel::Impl::vec(const TensorSource& ts, const TensorSpec& s, std::ve
 // The products in `jobs` share the input x[n, cols]; their output rows are concatenated and
 // split over the pool in one pass.
 void FastModel::Impl::run(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const {
+  if (n >= kBlasMinTokens && !opts.int8_activations) return run_blas(jobs, xin, n);
   bool q8 = false;
   if (opts.int8_activations)
     for (const MatJob& j : jobs) q8 |= packed_q8_supported(*j.w);
@@ -142,12 +149,37 @@ void FastModel::Impl::run(std::initializer_list<MatJob> jobs, const float* xin, 
       8);
 }
 
+// Prefill: strips of rows decoded to f32, then one OpenBLAS GEMM per strip (its
+// own threads), so long prompts run at dense-GEMM speed while the weights stay packed.
+void FastModel::Impl::run_blas(std::initializer_list<MatJob> jobs, const float* xin,
+                               int64_t n) const {
+  for (const MatJob& j : jobs) {
+    const int64_t cols = j.w->cols;
+    const int64_t strip = std::clamp<int64_t>((8 << 20) / (cols * 4), 16, 512);
+    if (static_cast<int64_t>(dense.size()) < strip * cols)
+      dense.resize(static_cast<size_t>(strip * cols));
+    for (int64_t r0 = 0; r0 < j.w->rows; r0 += strip) {
+      const int64_t rows = std::min(strip, j.w->rows - r0);
+      // Decoded on this thread: pool workers spinning beside OpenBLAS's threads would slow both.
+      for (int64_t i = 0; i < rows; ++i) packed_decode_row(*j.w, r0 + i, dense.data() + i * cols);
+      // y[:, r0:r0+rows] = x[n, cols] · dense[rows, cols]^T
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(n),
+                  static_cast<int>(rows), static_cast<int>(cols), 1.0f, xin, static_cast<int>(cols),
+                  dense.data(), static_cast<int>(cols), 0.0f, j.y + r0, static_cast<int>(j.ldy));
+    }
+    if (j.bias != nullptr && !j.bias->empty())
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t r = 0; r < j.w->rows; ++r) j.y[t * j.ldy + r] += (*j.bias)[r];
+  }
+}
+
 FastModel::FastModel() : impl_(std::make_unique<Impl>()) {}
 FastModel::~FastModel() = default;
 
-Result<std::unique_ptr<FastModel>> FastModel::load(
-    const ModelSource& src, const RuntimeOptions& opts, std::vector<double> inv_freq,
-    std::function<void(int64_t, int64_t)> progress) {
+Result<std::unique_ptr<FastModel>> FastModel::load(const ModelSource& src,
+                                                   const RuntimeOptions& opts,
+                                                   std::vector<double> inv_freq,
+                                                   std::function<void(int64_t, int64_t)> progress) {
   std::unique_ptr<FastModel> fm(new FastModel());
   Impl& m = *fm->impl_;
   m.cfg = src.config;
@@ -181,25 +213,62 @@ Result<std::unique_ptr<FastModel>> FastModel::load(
       PackedMatrix* mat = nullptr;
       std::vector<float>* v = nullptr;
       switch (role) {
-        case R::kAttnQ: mat = &L.q; break;
-        case R::kAttnK: mat = &L.k; break;
-        case R::kAttnV: mat = &L.v; break;
-        case R::kAttnO: mat = &L.o; break;
-        case R::kMlpGate: mat = &L.gate; break;
-        case R::kMlpUp: mat = &L.up; break;
-        case R::kMlpDown: mat = &L.down; break;
-        case R::kNormAttn: v = &L.norm_attn; break;
-        case R::kNormMlp: v = &L.norm_mlp; break;
-        case R::kQNorm: v = &L.q_norm; break;
-        case R::kKNorm: v = &L.k_norm; break;
-        case R::kAttnQBias: v = &L.q_b; break;
-        case R::kAttnKBias: v = &L.k_b; break;
-        case R::kAttnVBias: v = &L.v_b; break;
-        case R::kAttnOBias: v = &L.o_b; break;
-        case R::kMlpGateBias: v = &L.gate_b; break;
-        case R::kMlpUpBias: v = &L.up_b; break;
-        case R::kMlpDownBias: v = &L.down_b; break;
-        default: break;
+        case R::kAttnQ:
+          mat = &L.q;
+          break;
+        case R::kAttnK:
+          mat = &L.k;
+          break;
+        case R::kAttnV:
+          mat = &L.v;
+          break;
+        case R::kAttnO:
+          mat = &L.o;
+          break;
+        case R::kMlpGate:
+          mat = &L.gate;
+          break;
+        case R::kMlpUp:
+          mat = &L.up;
+          break;
+        case R::kMlpDown:
+          mat = &L.down;
+          break;
+        case R::kNormAttn:
+          v = &L.norm_attn;
+          break;
+        case R::kNormMlp:
+          v = &L.norm_mlp;
+          break;
+        case R::kQNorm:
+          v = &L.q_norm;
+          break;
+        case R::kKNorm:
+          v = &L.k_norm;
+          break;
+        case R::kAttnQBias:
+          v = &L.q_b;
+          break;
+        case R::kAttnKBias:
+          v = &L.k_b;
+          break;
+        case R::kAttnVBias:
+          v = &L.v_b;
+          break;
+        case R::kAttnOBias:
+          v = &L.o_b;
+          break;
+        case R::kMlpGateBias:
+          v = &L.gate_b;
+          break;
+        case R::kMlpUpBias:
+          v = &L.up_b;
+          break;
+        case R::kMlpDownBias:
+          v = &L.down_b;
+          break;
+        default:
+          break;
       }
       if (mat != nullptr) {
         TQ_TRY(*mat, m.matrix(ts, s));
@@ -229,8 +298,8 @@ uint64_t FastModel::bytes_per_token() const {
   return b;
 }
 
-Status FastModel::forward(std::span<const int32_t> tokens, KvCache& cache,
-                          std::span<float> logits, bool all_logits) const {
+Status FastModel::forward(std::span<const int32_t> tokens, KvCache& cache, std::span<float> logits,
+                          bool all_logits) const {
   const Impl& m = *impl_;
   std::lock_guard<std::mutex> lock(m.mu);
   const ModelConfig& c = m.cfg;
@@ -279,7 +348,8 @@ Status FastModel::forward(std::span<const int32_t> tokens, KvCache& cache,
       // Decode: one (token, head) pair per task, scores in per-thread scratch.
       m.pool->parallel_for(n * n_heads, [&](int64_t b, int64_t e) {
         thread_local std::vector<float> scores;
-        if (static_cast<int64_t>(scores.size()) < p0 + n) scores.resize(static_cast<size_t>(p0 + n));
+        if (static_cast<int64_t>(scores.size()) < p0 + n)
+          scores.resize(static_cast<size_t>(p0 + n));
         for (int64_t idx = b; idx < e; ++idx) {
           const int64_t i = idx / n_heads, hh = idx % n_heads, g = hh / group;
           attend_one(q + i * qd + hh * hd, kc + g * hd, vc + g * hd, p0 + i + 1, kvd, hd, scale,
@@ -293,8 +363,7 @@ Status FastModel::forward(std::span<const int32_t> tokens, KvCache& cache,
     add_into(x, h, n * d);
 
     rms_norm(x, L.norm_mlp.data(), n, d, eps, h);
-    m.run({{&L.gate, m.gate.data(), inter, &L.gate_b}, {&L.up, m.up.data(), inter, &L.up_b}}, h,
-          n);
+    m.run({{&L.gate, m.gate.data(), inter, &L.gate_b}, {&L.up, m.up.data(), inter, &L.up_b}}, h, n);
     silu_mul(m.gate.data(), m.up.data(), n * inter);
     m.run({{&L.down, h, d, &L.down_b}}, m.gate.data(), n);
     add_into(x, h, n * d);

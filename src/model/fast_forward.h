@@ -19,8 +19,7 @@ class FastModel {
  public:
   ~FastModel();
   // `cfg` was checked by Transformer::load; `inv_freq` are its RoPE frequencies.
-  static Result<std::unique_ptr<FastModel>> load(const ModelSource& src,
-                                                 const RuntimeOptions& opts,
+  static Result<std::unique_ptr<FastModel>> load(const ModelSource& src, const RuntimeOptions& opts,
                                                  std::vector<double> inv_freq,
                                                  std::function<void(int64_t, int64_t)> progress);
 

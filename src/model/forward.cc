@@ -184,7 +184,8 @@ uint64_t Transformer::bytes_per_token() const {
   uint64_t b = (m.head().size() + static_cast<uint64_t>(m.cfg.hidden_size)) * sizeof(float);
   for (const Layer& L : m.layers)
     b += (L.q.size() + L.k.size() + L.v.size() + L.o.size() + L.gate.size() + L.up.size() +
-          L.down.size()) * sizeof(float);
+          L.down.size()) *
+         sizeof(float);
   return b;
 }
 

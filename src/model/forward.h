@@ -27,9 +27,9 @@ struct KvCache {
 };
 
 struct RuntimeOptions {
-  bool reference = false;          // the f32 reference runtime instead of the fast one
-  int threads = 0;                 // fast runtime: threads in all (<= 0: one per core)
-  bool int8_activations = false;   // fast runtime: int8 activations where a kernel has them
+  bool reference = false;         // the f32 reference runtime instead of the fast one
+  int threads = 0;                // fast runtime: threads in all (<= 0: one per core)
+  bool int8_activations = false;  // fast runtime: int8 activations where a kernel has them
 };
 
 class FastModel;

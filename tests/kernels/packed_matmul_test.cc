@@ -115,12 +115,10 @@ struct Spec {
 };
 
 std::vector<Spec> all_specs() {
-  std::vector<Spec> v = {{WeightFormat::kF32, 32, 0, DType::kF32},
-                         {WeightFormat::kF16, 16, 0, DType::kF16},
-                         {WeightFormat::kBF16, 16, 0, DType::kBF16},
-                         {WeightFormat::kMxfp4, 4, 32, DType::kU8},
-                         {WeightFormat::kNvfp4, 4, 16, DType::kU8},
-                         {WeightFormat::kMxfp8, 8, 32, DType::kU8}};
+  std::vector<Spec> v = {
+      {WeightFormat::kF32, 32, 0, DType::kF32},   {WeightFormat::kF16, 16, 0, DType::kF16},
+      {WeightFormat::kBF16, 16, 0, DType::kBF16}, {WeightFormat::kMxfp4, 4, 32, DType::kU8},
+      {WeightFormat::kNvfp4, 4, 16, DType::kU8},  {WeightFormat::kMxfp8, 8, 32, DType::kU8}};
   for (int bits : {2, 3, 4, 5, 6, 8})
     for (int g : {32, 64, 128}) v.push_back({WeightFormat::kAffine, bits, g, DType::kBF16});
   v.push_back({WeightFormat::kAffine, 4, 64, DType::kF16});
