@@ -80,6 +80,13 @@ Result<BenchResult> run_bench(const Transformer& t, const BenchOptions& o,
   std::vector<float> logits(static_cast<size_t>(vocab));
   BenchResult r;
   r.runtime = t.runtime_name();
+  {  // Warm-up, untimed: faults the mapped weights in and grows the scratch buffers.
+    KvCache warm = t.new_cache(9);
+    std::vector<int32_t> p(8);
+    for (auto& id : p) id = tok(rng);
+    TQ_CHECK_OK(t.forward(p, warm, logits, false));
+    TQ_CHECK_OK(t.forward(std::span<const int32_t>(p.data(), 1), warm, logits, false));
+  }
   const int64_t total = static_cast<int64_t>(o.prompt_lengths.size()) * o.repeat;
   int64_t done = 0;
   for (int64_t len : o.prompt_lengths) {
