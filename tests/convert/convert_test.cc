@@ -206,6 +206,22 @@ TEST(Convert, RerunsAreByteIdenticalAndTimingsOnlyTouchMetadata) {
   }
 }
 
+// The writer streams: a tensor's bytes are in its (partial) shard file as soon as write()
+// returns, so the pipeline can free each layer.
+TEST(Convert, ShardedWriterPutsBytesOnDiskAtWrite) {
+  TempDir d;
+  std::vector<TensorDecl> decls = {{"a", DType::kU8, {4}}, {"b", DType::kU8, {3}}};
+  auto w = ShardedWriter::create(d.path(), decls);
+  ASSERT_TRUE(w.ok());
+  std::vector<uint8_t> b = {7, 8, 9};
+  ASSERT_TRUE((*w)->write("b", b).ok());
+  b = {0, 0, 0};  // the caller's buffer is free to go
+  std::string partial = read_file(d.file(".model.safetensors.partial"));
+  ASSERT_GE(partial.size(), 3u);
+  EXPECT_EQ(partial.substr(partial.size() - 3), std::string("\x07\x08\x09"));
+  EXPECT_FALSE(fs::exists(d.file("model.safetensors")));  // no loader sees it before finish
+}
+
 // Records what the pipeline hands the quantizer: the layer order and the tensors per call.
 class RecordingQuantizer : public LayerQuantizer {
  public:
