@@ -13,6 +13,7 @@
 #include "cli/verb.h"
 #include "convert/convert.h"
 #include "convert/rtn_quantizer.h"
+#include "io/staging_dir.h"
 
 namespace tq::cli {
 namespace {
@@ -128,12 +129,14 @@ Status run_convert_verb(const ConvertArgs& a) {
     return ok_status();
   }
 
+  TQ_CHECK_OK(StagingDir::check_dest(o.dest, o.force));  // before the first line of output
   struct sigaction sa = {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGHUP, &sa, nullptr);
+  ::sigaction(SIGQUIT, &sa, nullptr);
   o.cancel = &g_interrupted;
   ProgressPrinter printer(true);
   o.progress = [&printer](const ConvertProgress& p) { printer(p); };
