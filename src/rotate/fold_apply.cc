@@ -103,7 +103,8 @@ Status Folder::apply(const TensorFold& f, int64_t layer, TensorMap& t, const Rot
     return run_steps(f, name, x.data.data(), rows, cols, layer, t, r1_, r2, plan_.config);
   std::vector<double> d(x.data.begin(), x.data.end());
   TQ_CHECK_OK(run_steps(f, name, d.data(), rows, cols, layer, t, r1_, r2, plan_.config));
-  std::transform(d.begin(), d.end(), x.data.begin(), [](double v) { return static_cast<float>(v); });
+  std::transform(d.begin(), d.end(), x.data.begin(),
+                 [](double v) { return static_cast<float>(v); });
   return ok_status();
 }
 

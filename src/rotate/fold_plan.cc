@@ -83,8 +83,8 @@ Result<FoldPlan> plan_folds(const ModelConfig& cfg, const RotationOptions& opts)
   // R1 needs every residual-space gain folded away; the table says which norm feeds what.
   if (opts.r1 != RotationKind::kNone) {
     for (const auto& k : table)
-      if (k.dims.size() == 1 && k.row_space == Space::kResidual &&
-          k.side == ResidualSide::kNone && !feeds_a_linear(table, k.role))
+      if (k.dims.size() == 1 && k.row_space == Space::kResidual && k.side == ResidualSide::kNone &&
+          !feeds_a_linear(table, k.role))
         return err("{}: R1 cannot fold: the gain {} feeds no linear", fam, k.pattern);
     TQ_TRY(p.r1, rotation_spec(opts.r1, cfg.hidden_size, "hidden_size", "--r1"));
   }
@@ -138,8 +138,10 @@ std::vector<std::string> describe_plan(const FoldPlan& p) {
   out.push_back(fmt::format("rotation fold ({}), seed {}, fold in {}", family_name(p.config.family),
                             p.options.seed,
                             p.options.fold_dtype == FoldDType::kF64 ? "f64" : "f32"));
-  if (p.untie) out.push_back("untie: lm_head.weight = copy of model.embed_tokens.weight; "
-                             "config tie_word_embeddings=false");
+  if (p.untie)
+    out.push_back(
+        "untie: lm_head.weight = copy of model.embed_tokens.weight; "
+        "config tie_word_embeddings=false");
   out.push_back("R1: " + (p.r1.kind == RotationKind::kNone ? "none" : spec_str(p.r1)));
   out.push_back("R2: " + (p.r2.kind == RotationKind::kNone
                               ? std::string("none")
@@ -151,9 +153,9 @@ std::vector<std::string> describe_plan(const FoldPlan& p) {
       ops.push_back(s.op == FoldOp::kGammaCols
                         ? fmt::format("gamma({})", tensor_role_name(s.norm->role))
                         : std::string(fold_op_name(s.op)));
-    out.push_back(fmt::format("  {}: {}", f.kind->pattern,
-                              ops.empty() ? std::string("unchanged") : fmt::format("{}",
-                                                                          fmt::join(ops, ", "))));
+    out.push_back(fmt::format(
+        "  {}: {}", f.kind->pattern,
+        ops.empty() ? std::string("unchanged") : fmt::format("{}", fmt::join(ops, ", "))));
   };
   for (const auto& f : p.globals) line(f);
   for (const auto& f : p.layer) line(f);

@@ -11,7 +11,7 @@ namespace tq {
 
 namespace {
 
-constexpr int64_t kPanel = 256;    // columns per panel of a Qᵀ·M fold
+constexpr int64_t kPanel = 256;     // columns per panel of a Qᵀ·M fold
 constexpr int64_t kRowChunk = 512;  // rows per dense product
 
 // In-place Walsh–Hadamard butterfly (a, b) -> (a + b, a − b) over `len` (a power of two)
@@ -115,9 +115,7 @@ uint64_t stream_seed(uint64_t seed, uint64_t stream) {
   return z ^ (z >> 31);
 }
 
-double SeededRng::uniform01() {
-  return static_cast<double>((next() >> 11) + 1) * 0x1.0p-53;
-}
+double SeededRng::uniform01() { return static_cast<double>((next() >> 11) + 1) * 0x1.0p-53; }
 
 double SeededRng::gaussian() {
   if (have_spare_) {

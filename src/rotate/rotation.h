@@ -48,12 +48,12 @@ struct Rotation {
   int64_t n = 0;
   uint64_t stream_seed = 0;
   // hadamard
-  HadamardMatrix hk;          // H_K (K = hk.k), n = K·2^m
+  HadamardMatrix hk;  // H_K (K = hk.k), n = K·2^m
   int64_t m = 0;
   std::vector<int8_t> signs;  // D, n entries ±1
   // random
-  std::vector<double> dense;      // Q, row-major [n, n]
-  std::vector<float> dense_f32;   // the same, rounded (f32 folds)
+  std::vector<double> dense;     // Q, row-major [n, n]
+  std::vector<float> dense_f32;  // the same, rounded (f32 folds)
 
   std::string signs_string() const;  // "+-+…", n characters (hadamard only)
 };

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
+#include <ostream>
 #include <random>
 
 #include "../testing/test_files.h"
@@ -117,6 +119,11 @@ struct ParityCase {
   FoldDType fold;
 };
 
+void PrintTo(const ParityCase& c, std::ostream* os) {
+  *os << c.family << (c.tied ? " tied" : " untied") << " r1 " << rotation_kind_name(c.r1) << " r2 "
+      << rotation_kind_name(c.r2);
+}
+
 class FoldParity : public ::testing::TestWithParam<ParityCase> {};
 
 TEST_P(FoldParity, FoldedFloatModelComputesTheSameFunction) {
@@ -136,6 +143,7 @@ TEST_P(FoldParity, FoldedFloatModelComputesTheSameFunction) {
   ASSERT_TRUE(a.ok()) << a.error().message;
   ASSERT_TRUE(b.ok()) << b.error().message;
   Parity p = compare(*a, *b, 70);
+  std::printf("mean KL %.3g, max KL %.3g, flips %d\n", p.mean_kl, p.max_kl, p.flips);
   EXPECT_LT(p.mean_kl, 1e-6);
   EXPECT_EQ(p.flips, 0);
 
@@ -172,8 +180,8 @@ TEST_P(FoldParity, FoldedFloatModelComputesTheSameFunction) {
 
 std::string case_name(const ::testing::TestParamInfo<ParityCase>& i) {
   const ParityCase& c = i.param;
-  return c.family + (c.tied ? "_tied_" : "_untied_") + std::string(rotation_kind_name(c.r1)) +
-         "_" + std::string(rotation_kind_name(c.r2)) + (c.fold == FoldDType::kF64 ? "_f64" : "");
+  return c.family + (c.tied ? "_tied_" : "_untied_") + std::string(rotation_kind_name(c.r1)) + "_" +
+         std::string(rotation_kind_name(c.r2)) + (c.fold == FoldDType::kF64 ? "_f64" : "");
 }
 
 using RK = RotationKind;
@@ -263,8 +271,8 @@ TEST(FoldPlan, SizeErrorsNameTheSizeAndSuggestRandom) {
   ASSERT_FALSE(q.ok());  // head_dim 12 under R2 hadamard
   EXPECT_TRUE(contains(q.error().message, "head_dim 12")) << q.error().message;
   EXPECT_TRUE(contains(q.error().message, "--r2 random")) << q.error().message;
-  EXPECT_TRUE(plan_folds(config_of(j), RotationOptions{.r1 = RotationKind::kRandom,
-                                                       .r2 = RotationKind::kRandom})
+  EXPECT_TRUE(plan_folds(config_of(j),
+                         RotationOptions{.r1 = RotationKind::kRandom, .r2 = RotationKind::kRandom})
                   .ok());
 }
 

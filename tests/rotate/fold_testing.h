@@ -17,7 +17,8 @@
 
 namespace tq::testing {
 
-inline Result<TensorMap> load_tensors(const TensorSource& src, const std::vector<TensorSpec>& specs) {
+inline Result<TensorMap> load_tensors(const TensorSource& src,
+                                      const std::vector<TensorSpec>& specs) {
   TensorMap m;
   for (const auto& s : specs) {
     TQ_TRY(FloatTensor t, src.load_f32(s.name));
@@ -34,7 +35,7 @@ inline Status write_folded_model(const std::string& src_path, const std::string&
   TQ_TRY(Folder folder, Folder::create(std::move(plan)));
   nlohmann::json config = src.config_json;
   TQ_CHECK_OK(fold_config(folder.plan(), config));
-  config["torch_dtype"] = dtype == DType::kF32 ? "float32"
+  config["torch_dtype"] = dtype == DType::kF32   ? "float32"
                           : dtype == DType::kF16 ? "float16"
                                                  : "bfloat16";
   config.erase("quantization");
@@ -49,7 +50,8 @@ inline Status write_folded_model(const std::string& src_path, const std::string&
   ShardedWriterOptions wo;
   TQ_TRY(auto writer, ShardedWriter::create(dst, decls, wo));
   auto write_map = [&](const TensorMap& m) -> Status {
-    for (const auto& [name, t] : m) TQ_CHECK_OK(writer->write(name, encode_from_f32(t.data, dtype)));
+    for (const auto& [name, t] : m)
+      TQ_CHECK_OK(writer->write(name, encode_from_f32(t.data, dtype)));
     return ok_status();
   };
 

@@ -17,8 +17,8 @@ void expect_hadamard(const HadamardMatrix& h) {
     for (int64_t j = 0; j < h.k; ++j) {
       int64_t dot = 0;
       for (int64_t r = 0; r < h.k; ++r) dot += int64_t{h.at(r, i)} * h.at(r, j);
-      ASSERT_EQ(dot, i == j ? h.k : 0) << h.construction << " K=" << h.k << " (" << i << ","
-                                       << j << ")";
+      ASSERT_EQ(dot, i == j ? h.k : 0)
+          << h.construction << " K=" << h.k << " (" << i << "," << j << ")";
     }
 }
 
@@ -72,7 +72,7 @@ TEST(Hadamard, RequiredOrdersAreExact) {
 
 TEST(Hadamard, ConstructionsUsed) {
   EXPECT_EQ(*hadamard_construction(12), "paley1(q=11)");
-  EXPECT_EQ(*hadamard_construction(28), "paley2(q=13)");
+  EXPECT_EQ(*hadamard_construction(28), "paley1(q=27)");  // GF(3³)
   EXPECT_EQ(*hadamard_construction(36), "paley2(q=17)");
   EXPECT_EQ(*hadamard_construction(40), "kron(sylvester(2),paley1(q=19))");
   EXPECT_EQ(*hadamard_construction(52), "paley2(q=25)");  // needs GF(5²)
@@ -117,15 +117,15 @@ TEST(Hadamard, ModelCardSizes) {
     int64_t k;
   };
   const Case cases[] = {
-      {"SmolLM2-135M hidden", 576, 36},      {"SmolLM2-360M hidden", 960, 60},
-      {"SmolLM2-1.7B hidden", 2048, 1},      {"Qwen2.5-0.5B hidden", 896, 28},
-      {"Qwen2.5-1.5B hidden", 1536, 12},     {"Qwen2.5-3B hidden", 2048, 1},
-      {"Qwen2.5-7B hidden", 3584, 28},       {"Qwen3-0.6B hidden", 1024, 1},
-      {"Qwen3-1.7B hidden", 2048, 1},        {"Qwen3-4B hidden", 2560, 20},
-      {"Qwen3-8B hidden", 4096, 1},          {"Llama-3.2-1B hidden", 2048, 1},
-      {"Llama-3.2-3B hidden", 3072, 12},     {"Llama-3.1-8B hidden", 4096, 1},
-      {"Llama-2-7B hidden", 4096, 1},        {"head_dim 64", 64, 1},
-      {"head_dim 128", 128, 1},              {"Qwen2.5-14B hidden", 5120, 20},
+      {"SmolLM2-135M hidden", 576, 36},  {"SmolLM2-360M hidden", 960, 60},
+      {"SmolLM2-1.7B hidden", 2048, 1},  {"Qwen2.5-0.5B hidden", 896, 28},
+      {"Qwen2.5-1.5B hidden", 1536, 12}, {"Qwen2.5-3B hidden", 2048, 1},
+      {"Qwen2.5-7B hidden", 3584, 28},   {"Qwen3-0.6B hidden", 1024, 1},
+      {"Qwen3-1.7B hidden", 2048, 1},    {"Qwen3-4B hidden", 2560, 20},
+      {"Qwen3-8B hidden", 4096, 1},      {"Llama-3.2-1B hidden", 2048, 1},
+      {"Llama-3.2-3B hidden", 3072, 12}, {"Llama-3.1-8B hidden", 4096, 1},
+      {"Llama-2-7B hidden", 4096, 1},    {"head_dim 64", 64, 1},
+      {"head_dim 128", 128, 1},          {"Qwen2.5-14B hidden", 5120, 20},
   };
   for (const auto& c : cases) {
     auto s = hadamard_split(c.n);
