@@ -1,10 +1,13 @@
 #include "io/staging_dir.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -30,11 +33,45 @@ std::string parent_of(const std::string& p) {
   return parent.empty() ? "." : parent.string();
 }
 
+std::string strip_slashes(std::string d) {
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  return d;
+}
+
+// Atomically swaps two paths (Linux renameat2); false where the kernel or filesystem lacks it.
+bool exchange_paths(const std::string& a, const std::string& b, int* error) {
+#ifdef RENAME_EXCHANGE
+  if (::renameat2(AT_FDCWD, a.c_str(), AT_FDCWD, b.c_str(), RENAME_EXCHANGE) == 0) return true;
+  *error = errno;
+#else
+  *error = ENOSYS;
+#endif
+  return false;
+}
+
 }  // namespace
 
+std::vector<std::string> StagingDir::stale_staging_dirs(const std::string& dest) {
+  std::string d = strip_slashes(dest);
+  std::string prefix = fs::path(d).filename().string() + ".tmp-";
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(parent_of(d), ec), end; !ec && it != end; it.increment(ec)) {
+    std::string name = it->path().filename().string();
+    if (name.size() != prefix.size() + 6 || name.rfind(prefix, 0) != 0) continue;
+    std::string p = it->path().string();
+    int fd = ::open(p.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) continue;
+    bool stale = ::flock(fd, LOCK_EX | LOCK_NB) == 0;  // a live writer holds the lock
+    ::close(fd);
+    if (stale) out.push_back(p);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
 Result<StagingDir> StagingDir::create(const std::string& dest, bool replace) {
-  std::string d = dest;
-  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  std::string d = strip_slashes(dest);
   std::error_code ec;
   auto st = fs::symlink_status(d, ec);
   if (fs::exists(st)) {
@@ -45,9 +82,18 @@ Result<StagingDir> StagingDir::create(const std::string& dest, bool replace) {
   }
   std::string parent = parent_of(d);
   if (!fs::is_directory(parent, ec)) return err("{}: parent directory does not exist", d);
+  // A SIGKILLed conversion cannot clean up after itself; the next one does.
+  for (const std::string& stale : stale_staging_dirs(d)) fs::remove_all(stale, ec);
   std::string tmpl = d + ".tmp-XXXXXX";
   if (::mkdtemp(tmpl.data()) == nullptr)
     return err("{}: cannot create staging directory: {}", tmpl, std::strerror(errno));
+  int lock_fd = ::open(tmpl.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (lock_fd < 0 || ::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    if (lock_fd >= 0) ::close(lock_fd);
+    fs::remove_all(tmpl, ec);
+    return err("{}: cannot lock staging directory: {}", tmpl, std::strerror(e));
+  }
   // mkdtemp makes it 0700; a published checkpoint should be readable like any new directory.
   mode_t mask = ::umask(0);
   ::umask(mask);
@@ -55,18 +101,25 @@ Result<StagingDir> StagingDir::create(const std::string& dest, bool replace) {
   StagingDir s;
   s.dest_ = d;
   s.staging_ = tmpl;
+  s.lock_fd_ = lock_fd;
   return s;
 }
 
 StagingDir::StagingDir(StagingDir&& o) noexcept
-    : dest_(std::move(o.dest_)), staging_(std::move(o.staging_)), published_(o.published_) {
+    : dest_(std::move(o.dest_)),
+      staging_(std::move(o.staging_)),
+      published_(o.published_),
+      lock_fd_(o.lock_fd_) {
   o.published_ = true;  // the moved-from object owns nothing
+  o.lock_fd_ = -1;
 }
 
 StagingDir::~StagingDir() {
-  if (published_ || staging_.empty()) return;
-  std::error_code ec;
-  fs::remove_all(staging_, ec);
+  if (!published_ && !staging_.empty()) {
+    std::error_code ec;
+    fs::remove_all(staging_, ec);
+  }
+  if (lock_fd_ >= 0) ::close(lock_fd_);
 }
 
 Status StagingDir::write_file(const std::string& name, std::string_view content) const {
@@ -96,6 +149,14 @@ Status StagingDir::publish() {
   std::error_code ec;
   std::string old;
   auto st = fs::symlink_status(dest_, ec);
+  int xerr = 0;
+  if (fs::is_directory(st) && exchange_paths(staging_, dest_, &xerr)) {
+    // The staging name now holds the old directory (unlocked: stale if we die before removal).
+    published_ = true;
+    TQ_CHECK_OK(fsync_path(parent_of(dest_), true));
+    fs::remove_all(staging_, ec);
+    return ok_status();
+  }
   if (fs::exists(st) && !fs::is_directory(st)) {
     if (!fs::remove(dest_, ec)) return err("{}: cannot remove: {}", dest_, ec.message());
   } else if (fs::exists(st)) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,5 +37,7 @@ struct SizeStats {
   double bpw = 0.0;
 };
 SizeStats size_stats(const TensorSource& tensors);
+// The same accounting over logical tensors (e.g. a conversion plan's output, before writing).
+SizeStats size_stats(std::span<const TensorInfo> tensors);
 
 }  // namespace tq

@@ -14,9 +14,11 @@ std::string_view source_kind_name(SourceKind k) {
   return "?";
 }
 
-SizeStats size_stats(const TensorSource& tensors) {
+SizeStats size_stats(const TensorSource& tensors) { return size_stats(tensors.tensors()); }
+
+SizeStats size_stats(std::span<const TensorInfo> tensors) {
   SizeStats s;
-  for (const auto& t : tensors.tensors()) {
+  for (const auto& t : tensors) {
     s.params += static_cast<uint64_t>(shape_numel(t.shape));
     s.bytes += t.stored_bytes;
   }

@@ -53,10 +53,8 @@ def openblas_coretype():
     return None
 
 
-def reference_subprocess(model_dir, windows, prompt, max_tokens, work: pathlib.Path):
-    work.mkdir(parents=True, exist_ok=True)
-    job = work / "mlx_job.json"
-    job.write_text(json.dumps({"windows": windows, "prompt": prompt, "max_tokens": max_tokens}))
+def openblas_env():
+    """The environment for a child python whose mlx runs on the system OpenBLAS."""
     env = dict(os.environ)
     blas = next((p for p in SYSTEM_OPENBLAS if os.path.exists(p)), None)
     if blas:
@@ -64,6 +62,14 @@ def reference_subprocess(model_dir, windows, prompt, max_tokens, work: pathlib.P
         core = openblas_coretype()
         if core and "OPENBLAS_CORETYPE" not in env:
             env["OPENBLAS_CORETYPE"] = core
+    return env
+
+
+def reference_subprocess(model_dir, windows, prompt, max_tokens, work: pathlib.Path):
+    work.mkdir(parents=True, exist_ok=True)
+    job = work / "mlx_job.json"
+    job.write_text(json.dumps({"windows": windows, "prompt": prompt, "max_tokens": max_tokens}))
+    env = openblas_env()
     r = subprocess.run(
         [sys.executable, __file__, str(model_dir), str(job), str(work)],
         env=env,
@@ -77,6 +83,36 @@ def reference_subprocess(model_dir, windows, prompt, max_tokens, work: pathlib.P
     return np.split(flat, np.cumsum(res["rows"])[:-1]), res["generated"]
 
 
+def eval_ppl_subprocess(model_dir, rows, work: pathlib.Path):
+    """(ppl, se) of stock mlx_lm.perplexity.eval_ppl (f32) on token rows [n, L], in a child python
+    with the system OpenBLAS preloaded."""
+    work.mkdir(parents=True, exist_ok=True)
+    np.save(work / "ppl_rows.npy", np.asarray(rows, dtype=np.int32))
+    r = subprocess.run(
+        [sys.executable, __file__, "--ppl", str(model_dir), str(work)],
+        env=openblas_env(),
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert r.returncode == 0, r.stderr[-4000:]
+    res = json.loads((work / "ppl_result.json").read_text())
+    return res["ppl"], res["se"]
+
+
+def ppl_main(model_dir, out_dir):
+    import mlx.core as mx
+    from mlx_lm.perplexity import eval_ppl
+    from mlx_lm.utils import load
+
+    out = pathlib.Path(out_dir)
+    model, _ = load(str(model_dir))
+    model.set_dtype(mx.float32)  # f32 compute, as our runtime; quantized weights stay packed
+    rows = mx.array(np.load(out / "ppl_rows.npy"))
+    ppl, se = eval_ppl(model, rows, batch_size=8)
+    (out / "ppl_result.json").write_text(json.dumps({"ppl": float(ppl), "se": float(se)}))
+
+
 def main(model_dir, job_path, out_dir):
     job = json.loads(pathlib.Path(job_path).read_text())
     logits, gen = reference(model_dir, job["windows"], job.get("prompt"), job["max_tokens"])
@@ -87,4 +123,7 @@ def main(model_dir, job_path, out_dir):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    if sys.argv[1] == "--ppl":
+        ppl_main(*sys.argv[2:4])
+    else:
+        main(*sys.argv[1:4])

@@ -3,9 +3,10 @@
 (a) `tq ppl` on SmolLM2-135M (imported to f32) over WikiText-2 test windows of 512 tokens equals
     mlx_lm.perplexity's eval_ppl on exactly the same token rows (our ids, from `tq tokenize`),
     with mlx-lm's model in f32: PPL within 0.1% relative, ± to 2 significant digits.
-    mlx-lm on this 2-core CPU runs SmolLM2 at only ~10-15 tokens/s, so by default 2 windows
-    (1022 scored tokens) are compared; TQ_SLOW_TESTS=1 runs the acceptance's 64 windows
-    (32704 tokens, over an hour of mlx time), TQ_PPL_WINDOWS=N any other count.
+    mlx-lm's eval_ppl runs in a child python on the system OpenBLAS
+    (mlx_forward_ref.eval_ppl_subprocess), ~30x faster than the wheel's bundled BLAS. By default
+    8 windows (4088 tokens) keep CI short; TQ_SLOW_TESTS=1 runs the acceptance's 64 windows
+    (32704 tokens, ~8 CPU-minutes for both sides), TQ_PPL_WINDOWS=N any other count.
 (b) `tq kl M M` is exactly 0 with top-1 agreement 1.0; `tq kl M Q4` against a 4-bit
     `mlx_lm.convert` of a tiny seeded llama matches numpy's KL / PPL / agreement computed from
     both models' mlx-lm logits; --save-base/--base-logits reproduce the direct numbers (top-k
@@ -31,6 +32,7 @@ tokenizers = pytest.importorskip("tokenizers")
 
 from mlx.utils import tree_flatten  # noqa: E402
 from mlx_lm.models import llama  # noqa: E402
+from mlx_forward_ref import eval_ppl_subprocess  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TQ_BIN = os.environ.get("TQ_BIN", str(REPO / "build" / "tq"))
@@ -296,21 +298,19 @@ def test_bad_input_is_one_clear_line(tiny, tmp_path):
 def ppl_windows():
     if os.environ.get("TQ_PPL_WINDOWS"):
         return int(os.environ["TQ_PPL_WINDOWS"])
-    return 64 if os.environ.get("TQ_SLOW_TESTS") == "1" else 2
+    return 64 if os.environ.get("TQ_SLOW_TESTS") == "1" else 8
 
 
 @pytest.mark.skipif(not GGUF.exists(), reason=f"asset missing: {GGUF}")
 def test_ppl_smollm2_matches_mlx_lm_perplexity(tmp_path):
-    from mlx_lm.perplexity import eval_ppl
-
     n, L = ppl_windows(), 512
     model_dir = tmp_path / "smollm2"
     r = run_tq("import", GGUF, "-o", model_dir, "--dtype", "f32")
     assert r.returncode == 0, r.stderr
     ours = tq_json("ppl", model_dir, "--text", WIKI, "--windows", n, "--no-db")
     ids = tq_ids(model_dir, WIKI)
-    rows = mx.array(np.asarray(ids[:n * L], dtype=np.int32).reshape(n, L))
-    ppl, se = eval_ppl(load_f32(model_dir), rows, batch_size=8)
+    rows = np.asarray(ids[:n * L], dtype=np.int32).reshape(n, L)
+    ppl, se = eval_ppl_subprocess(model_dir, rows, tmp_path / "mlx")
     print(f"\ntq: {ours['ppl']:.6f} ± {ours['ppl_se']:.6f} ({ours['seconds']:.1f} s); "
           f"mlx-lm: {ppl:.6f} ± {se:.6f}; {n} windows")
     sha = hashlib.sha256(WIKI.read_bytes()).hexdigest()

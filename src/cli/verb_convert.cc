@@ -1,0 +1,191 @@
+// tq convert SRC -o DST: quantize a checkpoint into the MLX layout stock mlx-lm loads.
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/verb.h"
+#include "convert/convert.h"
+#include "convert/rtn_quantizer.h"
+
+namespace tq::cli {
+namespace {
+
+struct ConvertArgs {
+  std::string src, out;
+  std::optional<int> bits, group_size;
+  std::string mode, dtype, recipe, max_shard = "5GiB";
+  std::vector<std::string> keep_float;
+  bool dry_run = false, force = false, json = false, no_timings = false;
+};
+
+std::atomic<bool> g_interrupted{false};
+
+extern "C" void on_signal(int) { g_interrupted.store(true); }
+
+// "5GiB", "500MB", "123456" -> bytes.
+Result<uint64_t> parse_size(const std::string& s) {
+  size_t pos = 0;
+  double v = 0;
+  try {
+    v = std::stod(s, &pos);
+  } catch (...) {
+    return err("--max-shard-size '{}': expected a size such as 5GiB, 500MB or 1000000", s);
+  }
+  std::string unit = s.substr(pos);
+  const std::pair<const char*, double> units[] = {
+      {"", 1},       {"B", 1},         {"KB", 1e3},         {"MB", 1e6},
+      {"GB", 1e9},   {"KiB", 1024.0},  {"MiB", 1048576.0},  {"GiB", 1073741824.0},
+      {"K", 1024.0}, {"M", 1048576.0}, {"G", 1073741824.0},
+  };
+  for (const auto& [name, mult] : units)
+    if (unit == name && v > 0 && v * mult < 1.8e19) return static_cast<uint64_t>(v * mult);
+  return err("--max-shard-size '{}': expected a positive size such as 5GiB, 500MB or 1000000", s);
+}
+
+nlohmann::json options_record(const ConvertArgs& a) {
+  nlohmann::json o = {
+      {"bits", a.bits ? nlohmann::json(*a.bits) : nlohmann::json()},
+      {"group_size", a.group_size ? nlohmann::json(*a.group_size) : nlohmann::json()},
+      {"mode", a.mode},
+      {"dtype", a.dtype},
+      {"keep_float", a.keep_float},
+      {"recipe", a.recipe},
+      {"max_shard_size", a.max_shard}};
+  return o;
+}
+
+class ProgressPrinter {
+ public:
+  explicit ProgressPrinter(bool enabled) : enabled_(enabled), tty_(::isatty(2) == 1) {}
+  void operator()(const ConvertProgress& p) {
+    if (!enabled_) return;
+    double mbs = p.elapsed_s > 0 ? p.bytes_in / 1e6 / p.elapsed_s : 0.0;
+    double f = p.bytes_out_total ? double(p.bytes_out) / double(p.bytes_out_total) : 0.0;
+    double eta = f > 0 ? p.elapsed_s * (1 - f) / f : 0.0;
+    if (tty_) {
+      std::fprintf(stderr, "\r\033[Ktq convert: %s (%lld/%lld)  %.1f MB/s  ETA %.0f s",
+                   p.what.c_str(), static_cast<long long>(p.step), static_cast<long long>(p.steps),
+                   mbs, eta);
+      if (p.step == p.steps) std::fputc('\n', stderr);
+    } else {
+      std::fprintf(stderr, "tq convert: [%lld/%lld] %s  %.1f MB/s  ETA %.0f s\n",
+                   static_cast<long long>(p.step), static_cast<long long>(p.steps), p.what.c_str(),
+                   mbs, eta);
+    }
+  }
+
+ private:
+  bool enabled_, tty_;
+};
+
+Status run_convert_verb(const ConvertArgs& a) {
+  ConvertOptions o;
+  o.source = a.src;
+  o.dest = a.out;
+  o.force = a.force;
+  o.record_timings = !a.no_timings;
+  o.recipe = a.recipe;
+  o.plan.bits = a.bits;
+  o.plan.group_size = a.group_size;
+  o.plan.keep_float = a.keep_float;
+  if (!a.mode.empty()) {
+    auto m = quant_mode_from_name(a.mode);
+    if (!m) return err("--mode {}: expected affine, mxfp4, nvfp4 or mxfp8", a.mode);
+    o.plan.mode = *m;
+  }
+  if (a.dtype == "f32") o.dtype = DType::kF32;
+  if (a.dtype == "f16") o.dtype = DType::kF16;
+  if (a.dtype == "bf16") o.dtype = DType::kBF16;
+  TQ_TRY(o.max_shard_bytes, parse_size(a.max_shard));
+  o.options_record = options_record(a);
+  if (!a.dry_run && a.out.empty()) return err("-o/--output DST is required (or --dry-run)");
+
+  TQ_TRY(ConvertJob job, prepare_convert(o));
+  SizeStats plan_size = job.plan.size();
+  if (a.dry_run) {
+    if (a.json) {
+      nlohmann::json j = {{"dry_run", true},
+                          {"source", job.source.path},
+                          {"params", plan_size.params},
+                          {"bytes", plan_size.bytes},
+                          {"bpw", plan_size.bpw},
+                          {"dtype", dtype_name(job.plan.dtype)},
+                          {"quantization", job.plan.quantization_json()},
+                          {"modules", job.plan.modules_json()}};
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
+      for (const auto& line : describe_plan(job)) std::printf("%s\n", line.c_str());
+    }
+    return ok_status();
+  }
+
+  struct sigaction sa = {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGINT, &sa, nullptr);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGHUP, &sa, nullptr);
+  o.cancel = &g_interrupted;
+  ProgressPrinter printer(true);
+  o.progress = [&printer](const ConvertProgress& p) { printer(p); };
+  std::fprintf(stderr, "tq convert: %s -> %s (%s, %.4f bpw, %llu bytes)\n", a.src.c_str(),
+               a.out.c_str(), quant_spec_str(job.plan.global).c_str(), plan_size.bpw,
+               static_cast<unsigned long long>(plan_size.bytes));
+  RtnQuantizer rtn;
+  TQ_TRY(ConvertSummary s, run_convert(job, rtn, o));
+  if (a.json) {
+    nlohmann::json j = {{"dest", s.dest},
+                        {"params", s.size.params},
+                        {"bytes", s.size.bytes},
+                        {"bpw", s.size.bpw},
+                        {"seconds", s.seconds},
+                        {"files", s.files},
+                        {"bytes_in_f32", s.bytes_in}};
+    std::printf("%s\n", j.dump(2).c_str());
+  }
+  std::fprintf(stderr, "tq convert: wrote %s in %.1f s\n", a.out.c_str(), s.seconds);
+  return ok_status();
+}
+
+const bool kRegistered = register_verb({
+    "convert",
+    "Quantize a checkpoint (HF dir, MLX dir or GGUF) into an MLX directory mlx-lm loads",
+    30,
+    [](CLI::App& app) -> VerbRun {
+      auto a = std::make_shared<ConvertArgs>();
+      app.add_option("source", a->src, "HF or MLX safetensors directory, or a GGUF file")
+          ->required();
+      app.add_option("-o,--output", a->out, "output directory (published atomically)");
+      app.add_option("--bits", a->bits, "bits per weight (affine: 1-6 or 8; default 4)");
+      app.add_option("--group-size", a->group_size,
+                     "weights per scale (affine: 32, 64 or 128; default 64; fp modes fixed)");
+      app.add_option("--mode", a->mode, "affine (default), mxfp4, nvfp4 or mxfp8");
+      app.add_option("--dtype", a->dtype,
+                     "float tensors and affine scales: f32, f16 or bf16 (default: the source's "
+                     "float dtype; bf16 for GGUF)")
+          ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+      app.add_option("--keep-float", a->keep_float,
+                     "keep matching modules float: glob on the module path, re:REGEX or "
+                     "role:NAME (repeatable)");
+      app.add_option("--recipe", a->recipe,
+                     "recipe JSON file, or a preset: mixed_2_6, mixed_3_4, mixed_3_6, mixed_4_6");
+      app.add_flag("--dry-run", a->dry_run,
+                   "print the per-module plan, bpw and output bytes; write nothing");
+      app.add_option("--max-shard-size", a->max_shard,
+                     "largest safetensors shard (default 5GiB; e.g. 500MB, 2GiB)");
+      app.add_flag("--force", a->force,
+                   "replace an existing DST (only once the new one is complete)");
+      app.add_flag("--json", a->json, "print a JSON summary on stdout");
+      app.add_flag("--no-timings", a->no_timings,
+                   "leave timings out of tq_metadata.json (byte-identical reruns)");
+      return [a]() { return run_convert_verb(*a); };
+    },
+});
+
+}  // namespace
+}  // namespace tq::cli

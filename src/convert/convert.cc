@@ -1,0 +1,301 @@
+#include "convert/convert.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "io/checkpoint_dir.h"
+#include "io/staging_dir.h"
+#include "model/gguf_model.h"
+#include "model/gguf_tokenizer.h"
+
+namespace tq {
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+Result<std::string> dump_json(const json& j, int indent, const std::string& what) {
+  try {
+    return j.dump(indent) + "\n";
+  } catch (const json::exception& e) {
+    return err("{}: cannot encode: {}", what, e.what());
+  }
+}
+
+Result<std::string> read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return err("{}: cannot open", path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return err("{}: read failed", path);
+  return ss.str();
+}
+
+// Tokenizer and generation files: copied verbatim from a checkpoint directory, rebuilt from the
+// metadata for a GGUF (as tq import writes them).
+Result<std::vector<std::pair<std::string, std::string>>> tokenizer_files(const ModelSource& src) {
+  std::vector<std::pair<std::string, std::string>> out;
+  if (auto* g = dynamic_cast<const GgufTensorSource*>(src.tensors.get())) {
+    TQ_TRY(HfTokenizerFiles tok, gguf_hf_tokenizer(g->file()));
+    const std::pair<const char*, const json*> files[] = {
+        {"tokenizer.json", &tok.tokenizer},
+        {"tokenizer_config.json", &tok.tokenizer_config},
+        {"special_tokens_map.json", &tok.special_tokens_map},
+        {"generation_config.json", &tok.generation_config},
+    };
+    for (const auto& [name, j] : files) {
+      TQ_TRY(std::string text, dump_json(*j, 2, src.path + ": " + name));
+      out.emplace_back(name, std::move(text));
+    }
+    return out;
+  }
+  if (auto* d = dynamic_cast<const DirTensorSource*>(src.tensors.get())) {
+    const CheckpointDir& ck = d->checkpoint();
+    for (const auto& name : ck.tokenizer_files) {
+      TQ_TRY(std::string text, read_file((fs::path(ck.dir) / name).string()));
+      out.emplace_back(name, std::move(text));
+    }
+  }
+  return out;
+}
+
+Result<Recipe> resolve_recipe(const ConvertOptions& o, const ModelConfig& cfg) {
+  const std::string& r = o.recipe;
+  if (!is_recipe_preset(r)) return load_recipe_file(r);
+  if (o.plan.mode && *o.plan.mode != QuantMode::kAffine)
+    return err("--recipe {} is affine only (as in mlx-lm); drop --mode {}", r,
+               quant_mode_name(*o.plan.mode));
+  if (o.plan.bits)
+    return err("--recipe {} sets the bits of every module; drop --bits {}", r, *o.plan.bits);
+  return preset_recipe(r, cfg.num_hidden_layers, o.plan.group_size.value_or(64));
+}
+
+struct Group {
+  int64_t layer = -1;
+  std::string what;
+  std::vector<const PlanEntry*> entries;
+};
+
+// Globals, then one group per decoder layer. Without transforms each global is its own group
+// (the embedding and an untied head are the largest tensors); transforms see all globals at once.
+std::vector<Group> make_groups(const QuantPlan& plan, bool together) {
+  std::vector<Group> before, layers(static_cast<size_t>(plan.config.num_hidden_layers)), after;
+  bool seen_layer = false;
+  Group all_globals{-1, "globals", {}};
+  for (const auto& e : plan.entries) {
+    if (e.layer >= 0) {
+      seen_layer = true;
+      Group& g = layers[static_cast<size_t>(e.layer)];
+      g.layer = e.layer;
+      g.entries.push_back(&e);
+      continue;
+    }
+    if (together) {
+      all_globals.entries.push_back(&e);
+    } else {
+      (seen_layer ? after : before).push_back(Group{-1, e.name, {&e}});
+    }
+  }
+  std::vector<Group> out;
+  if (together && !all_globals.entries.empty()) out.push_back(std::move(all_globals));
+  for (auto& g : before) out.push_back(std::move(g));
+  const size_t n = layers.size();
+  for (size_t i = 0; i < n; ++i) {
+    layers[i].what = fmt::format("layer {}/{}", i + 1, n);
+    out.push_back(std::move(layers[i]));
+  }
+  for (auto& g : after) out.push_back(std::move(g));
+  return out;
+}
+
+Status cancelled(const ConvertOptions& o) {
+  if (o.cancel && o.cancel->load()) return err("{}: interrupted; nothing was written", o.dest);
+  return ok_status();
+}
+
+}  // namespace
+
+DType default_output_dtype(const ModelSource& src) {
+  if (src.kind == SourceKind::kGguf) return DType::kBF16;
+  const TensorInfo* e = src.tensors->find("model.embed_tokens.weight");
+  DType d = e ? e->stored_dtype : DType::kF32;
+  if (d == DType::kBF16 || d == DType::kF16 || d == DType::kF32) return d;
+  return DType::kF32;
+}
+
+Result<ConvertJob> prepare_convert(const ConvertOptions& opts,
+                                   std::vector<WeightTransform*> transforms) {
+  ConvertJob job;
+  TQ_TRY(job.source, open_model(opts.source));
+  job.config = job.source.config_json;
+  job.config.erase("quantization");  // re-quantizing an MLX source starts from its float values
+  job.config.erase("quantization_config");
+  for (WeightTransform* t : transforms) TQ_CHECK_OK(t->edit_config(job.config));
+  TQ_TRY(ModelConfig cfg, parse_model_config(job.config, opts.source + " (output config)"));
+  PlanOptions po = opts.plan;
+  po.dtype = opts.dtype.value_or(default_output_dtype(job.source));
+  if (!opts.recipe.empty()) {
+    TQ_TRY(po.recipe, resolve_recipe(opts, cfg));
+  }
+  TQ_TRY(job.plan, build_plan(cfg, po));
+  if (transforms.empty()) {
+    for (const auto& e : job.plan.entries)
+      if (!job.source.tensors->find(e.name))
+        return err("{}: tensor '{}' is missing", opts.source, e.name);
+  }
+  job.transforms = std::move(transforms);
+  return job;
+}
+
+Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
+                                   const ConvertOptions& opts) {
+  const auto t_start = Clock::now();
+  const QuantPlan& plan = job.plan;
+  const TensorSource& src = *job.source.tensors;
+
+  // Everything that can fail without tensor data fails before the staging directory exists.
+  TQ_TRY(std::string fingerprint, source_fingerprint(job.source));
+  TQ_TRY(auto tok_files, tokenizer_files(job.source));
+  TQ_TRY(std::string config_text, dump_json(output_config(job), 4, opts.dest + "/config.json"));
+  const std::vector<TensorDecl> decls = plan.stored_tensors();
+  uint64_t out_total = 0;
+  for (const auto& d : decls) out_total += d.nbytes();
+  TQ_CHECK_OK(cancelled(opts));
+
+  TQ_TRY(StagingDir stage, StagingDir::create(opts.dest, opts.force));
+  ShardedWriterOptions wo;
+  wo.max_shard_bytes = opts.max_shard_bytes;
+  TQ_TRY(auto writer, ShardedWriter::create(stage.path(), decls, wo));
+
+  const std::vector<Group> groups = make_groups(plan, !job.transforms.empty());
+  ConvertProgress prog;
+  prog.steps = static_cast<int64_t>(groups.size());
+  prog.bytes_out_total = out_total;
+  json module_info = json::object();
+  const auto t_apply = Clock::now();
+  for (const Group& g : groups) {
+    TQ_CHECK_OK(cancelled(opts));
+    TensorMap m;
+    for (const PlanEntry* e : g.entries) {
+      if (!src.find(e->name)) continue;  // a transform must create it (checked below)
+      TQ_TRY(FloatTensor t, src.load_f32(e->name));
+      prog.bytes_in += t.data.size() * sizeof(float);
+      m.emplace(e->name, std::move(t));
+    }
+    for (WeightTransform* t : job.transforms)
+      TQ_CHECK_OK(g.layer < 0 ? t->apply_globals(m) : t->apply_layer(g.layer, m));
+    std::map<std::string, QuantSpec> specs;
+    for (const PlanEntry* e : g.entries) {
+      auto it = m.find(e->name);
+      if (it == m.end()) return err("{}: tensor '{}' is missing", opts.source, e->name);
+      if (it->second.shape != e->shape ||
+          it->second.data.size() != static_cast<size_t>(shape_numel(e->shape)))
+        return err("{}: tensor '{}' has shape {}, the plan expects {}", opts.source, e->name,
+                   shape_str(it->second.shape), shape_str(e->shape));
+      if (e->spec) specs.emplace(e->name, *e->spec);
+    }
+    if (m.size() != g.entries.size()) {
+      for (const auto& [name, t] : m)
+        if (std::none_of(g.entries.begin(), g.entries.end(),
+                         [&](const PlanEntry* e) { return e->name == name; }))
+          return err("{}: a transform produced tensor '{}', which the plan does not hold",
+                     opts.source, name);
+    }
+    if (!specs.empty()) {
+      TQ_TRY(std::vector<QuantizedModule> mods, quantizer.quantize(g.layer, m, specs, plan.dtype));
+      std::set<std::string> done;
+      for (QuantizedModule& q : mods) {
+        auto it = specs.find(q.name + ".weight");
+        if (it == specs.end() || q.spec != it->second || q.shape != m.at(it->first).shape)
+          return err("quantizer returned module '{}' ({}), which the plan does not hold", q.name,
+                     quant_spec_str(q.spec));
+        TQ_CHECK_OK(writer->write(q.name + ".weight", q.weight));
+        TQ_CHECK_OK(writer->write(q.name + ".scales", q.scales));
+        if (quant_mode_has_biases(q.spec.mode))
+          TQ_CHECK_OK(writer->write(q.name + ".biases", q.biases));
+        prog.bytes_out += q.weight.size() + q.scales.size() + q.biases.size();
+        if (!q.info.is_null()) module_info[q.name] = std::move(q.info);
+        done.insert(it->first);
+        m.erase(it->first);
+        q = QuantizedModule{};  // free as we go
+      }
+      if (done.size() != specs.size())
+        return err("quantizer returned {} of the {} modules of {}", done.size(), specs.size(),
+                   g.what);
+    }
+    for (const PlanEntry* e : g.entries) {
+      if (e->spec) continue;
+      std::vector<uint8_t> bytes = encode_from_f32(m.at(e->name).data, plan.dtype);
+      TQ_CHECK_OK(writer->write(e->name, bytes));
+      prog.bytes_out += bytes.size();
+      m.erase(e->name);
+    }
+    ++prog.step;
+    prog.what = g.what;
+    prog.elapsed_s = seconds_since(t_start);
+    if (opts.progress) opts.progress(prog);
+  }
+  const double apply_s = seconds_since(t_apply);
+  const auto t_write = Clock::now();
+  TQ_CHECK_OK(writer->finish());
+
+  SizeStats size = plan.size();
+  json transforms = json::array();
+  for (const WeightTransform* t : job.transforms) transforms.push_back(t->metadata());
+  json meta = {
+      {"tool", "tq"},
+      {"version", TQ_VERSION},
+      {"command", "convert"},
+      {"source",
+       {{"path", job.source.path},
+        {"kind", source_kind_name(job.source.kind)},
+        {"bytes", job.source.file_bytes},
+        {"fingerprint", fingerprint},
+        {"fingerprint_method",
+         "sha256 of kind, config, file names and sizes, first 1 MiB, 16 x 64 KiB samples and "
+         "last 64 KiB of each weight file"}}},
+      {"options", opts.options_record},
+      {"dtype", dtype_name(plan.dtype)},
+      {"quantization", plan.quantization_json()},
+      {"modules", plan.modules_json()},
+      {"module_info", module_info},
+      {"transforms", transforms},
+      {"quantizer", quantizer.metadata()},
+      {"size", {{"params", size.params}, {"bytes", size.bytes}, {"bpw", size.bpw}}},
+  };
+  TQ_CHECK_OK(stage.write_file("config.json", config_text));
+  for (const auto& [name, text] : tok_files) TQ_CHECK_OK(stage.write_file(name, text));
+  if (opts.record_timings)
+    meta["timings"] = {{"apply_s", apply_s},
+                       {"finish_s", seconds_since(t_write)},
+                       {"total_s", seconds_since(t_start)}};
+  TQ_TRY(std::string meta_text, dump_json(meta, 2, opts.dest + "/tq_metadata.json"));
+  TQ_CHECK_OK(stage.write_file("tq_metadata.json", meta_text));
+  TQ_CHECK_OK(cancelled(opts));
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (fs::directory_iterator it(stage.path(), ec), end; !ec && it != end; it.increment(ec))
+    files.push_back(it->path().filename().string());
+  std::sort(files.begin(), files.end());
+  TQ_CHECK_OK(stage.publish());
+
+  ConvertSummary s;
+  s.dest = opts.dest;
+  s.size = size;
+  s.files = std::move(files);
+  s.seconds = seconds_since(t_start);
+  s.bytes_in = prog.bytes_in;
+  return s;
+}
+
+}  // namespace tq

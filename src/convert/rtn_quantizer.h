@@ -1,0 +1,22 @@
+// Round-to-nearest quantization: exactly what mx.quantize produces for the weight cast to the
+// output dtype (mlx-lm's convert casts, then quantizes).
+#pragma once
+
+#include "convert/stages.h"
+
+namespace tq {
+
+class RtnQuantizer : public LayerQuantizer {
+ public:
+  Result<std::vector<QuantizedModule>> quantize(int64_t layer, const TensorMap& tensors,
+                                                const std::map<std::string, QuantSpec>& specs,
+                                                DType dtype) override;
+  nlohmann::json metadata() const override { return {{"method", "rtn"}}; }
+};
+
+// One matrix through the same path (exposed for GPTQ's fallbacks and tests): w is rounded to
+// `dtype` first, then quantized as mx.quantize does. `tensor_name` ends in ".weight".
+Result<QuantizedModule> rtn_quantize_matrix(const std::string& tensor_name, const FloatTensor& w,
+                                            const QuantSpec& spec, DType dtype);
+
+}  // namespace tq

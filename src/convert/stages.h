@@ -1,0 +1,59 @@
+// The two seams of the conversion pipeline (DESIGN.md "How data flows through tq convert"):
+// float->float weight transforms before quantization (rotation folds, untie) and the layer
+// quantizer that chooses codes (RTN here, GPTQ later). The driver (convert/convert.h) owns
+// loading, streaming one decoder layer at a time, writing and publishing.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/result.h"
+#include "formats/quant_spec.h"
+#include "tensor/tensor.h"
+
+namespace tq {
+
+using TensorMap = std::map<std::string, FloatTensor>;  // HF tensor name -> f32 tensor
+
+// A float->float stage before quantization. The driver calls edit_config() once before
+// planning (so the plan sees e.g. an untied lm_head), apply_globals() on embed_tokens, the final
+// norm and lm_head (when present) and apply_layer() on each decoder layer's tensors. A transform
+// may add tensors the plan expects (lm_head when untying) but must not rename or reshape others.
+class WeightTransform {
+ public:
+  virtual ~WeightTransform() = default;
+  virtual std::vector<std::string> describe() const = 0;         // --dry-run lines
+  virtual Status edit_config(nlohmann::json& config) const = 0;  // e.g. tie_word_embeddings=false
+  virtual Status apply_globals(TensorMap& globals) = 0;          // may create lm_head (untie)
+  virtual Status apply_layer(int64_t layer, TensorMap& layer_tensors) = 0;
+  virtual nlohmann::json metadata() const = 0;  // goes into tq_metadata.json
+};
+
+// One quantized matrix as it is written: "<name>.weight" U32 (little-endian words), "<name>.scales"
+// (scale_dtype: the float dtype for affine, U8 for fp modes) and "<name>.biases" (affine only).
+struct QuantizedModule {
+  std::string name;  // module path: "model.layers.3.mlp.down_proj"
+  Shape shape;       // logical [rows, cols]
+  QuantSpec spec;
+  DType scale_dtype = DType::kBF16;
+  std::vector<uint8_t> weight, scales, biases;
+  nlohmann::json info;  // per-module facts for tq_metadata.json (e.g. GPTQ loss); may be null
+};
+
+// Chooses the codes of every quantized matrix of one layer (layer = -1 for the globals).
+// `specs` maps HF tensor names ("...down_proj.weight") of `tensors` to their spec; `dtype` is
+// the output float dtype (affine scales/biases). Returns one module per entry of `specs`.
+class LayerQuantizer {
+ public:
+  virtual ~LayerQuantizer() = default;
+  virtual Result<std::vector<QuantizedModule>> quantize(
+      int64_t layer, const TensorMap& tensors, const std::map<std::string, QuantSpec>& specs,
+      DType dtype) = 0;
+  virtual nlohmann::json metadata() const = 0;
+};
+
+}  // namespace tq

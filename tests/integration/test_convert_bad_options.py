@@ -1,0 +1,89 @@
+"""Bad `tq convert` options: one clear error line before any work, a non-zero exit, and no
+output directory (nor staging directory) left behind."""
+import json
+import os
+import pathlib
+import subprocess
+import time
+
+import pytest
+
+from tinymodels import TINY_LLAMA, write_tiny_hf_dir
+
+CFG = dict(TINY_LLAMA, hidden_size=128, intermediate_size=256, num_attention_heads=4,
+           num_key_value_heads=2, vocab_size=96)
+
+
+def run_tq(tq_bin, *args):
+    t0 = time.monotonic()
+    r = subprocess.run([tq_bin, *map(str, args)], capture_output=True, text=True, timeout=120)
+    return r, time.monotonic() - t0
+
+
+def assert_one_line_error(res, *needles):
+    assert res.returncode > 0, (res.returncode, res.stderr)
+    lines = [l for l in res.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1, res.stderr
+    assert lines[0].startswith("tq convert: error: "), lines[0]
+    for n in needles:
+        assert n.lower() in lines[0].lower(), f"{n!r} not in {lines[0]!r}"
+    assert res.stdout == ""
+
+
+@pytest.fixture
+def src(tmp_path):
+    return write_tiny_hf_dir(tmp_path / "src", cfg=CFG)
+
+
+@pytest.mark.parametrize("args,needles", [
+    (["--bits", "7"], ["--bits 7", "does not support 7 bits"]),
+    (["--group-size", "48"], ["--group-size 48", "group size 48", "32, 64, 128"]),
+    (["--mode", "nvfp4", "--group-size", "32"], ["--mode nvfp4 --group-size 32",
+                                                  "requires group size 16"]),
+    (["--mode", "int4"], ["--mode int4", "affine, mxfp4, nvfp4 or mxfp8"]),
+    (["--keep-float", "model.layers.9.*"], ["--keep-float 'model.layers.9.*'",
+                                            "matches no quantizable module"]),
+    (["--recipe", "mixed_3_6", "--bits", "3"], ["mixed_3_6", "drop --bits 3"]),
+    (["--max-shard-size", "5XB"], ["--max-shard-size '5XB'"]),
+], ids=["bits7", "group48", "nvfp4-g32", "mode", "keep-float", "preset-bits", "shard-size"])
+def test_bad_flags(tq_bin, src, tmp_path, args, needles):
+    out = tmp_path / "out"
+    r, _ = run_tq(tq_bin, "convert", src, "-o", out, *args)
+    assert_one_line_error(r, *needles)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["src"]
+
+
+def test_recipe_rule_matching_nothing(tq_bin, src, tmp_path):
+    recipe = tmp_path / "r.json"
+    recipe.write_text(json.dumps({"rules": [
+        {"match": "lm_head", "bits": 8},
+        {"match": "model.layers.*.self_attn.qkv_proj", "bits": 6}]}))
+    r, _ = run_tq(tq_bin, "convert", src, "-o", tmp_path / "out", "--recipe", recipe)
+    assert_one_line_error(r, f"{recipe} rule 2", "matches no quantizable module",
+                          "self_attn.qkv_proj")
+    recipe.write_text(json.dumps({"rules": [{"match": "lm_head", "bitz": 8}]}))
+    r, _ = run_tq(tq_bin, "convert", src, "-o", tmp_path / "out", "--recipe", recipe)
+    assert_one_line_error(r, f"{recipe} rule 1", "unknown key 'bitz'")
+    r, _ = run_tq(tq_bin, "convert", src, "-o", tmp_path / "out", "--recipe", tmp_path / "no.json")
+    assert_one_line_error(r, "no.json", "cannot open")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "src"]
+
+
+def test_smollm2_group_128_names_the_module_and_how_to_choose(tq_bin, smollm2_gguf, tmp_path):
+    for extra in ([], ["--dry-run"]):
+        r, secs = run_tq(tq_bin, "convert", smollm2_gguf, "-o", tmp_path / "out",
+                         "--group-size", "128", *extra)
+        assert_one_line_error(r, "model.embed_tokens: input width 576 is not a multiple of the "
+                              "group size 128", "--keep-float 'model.embed_tokens'",
+                              '"group_size": 64', "180 more modules")
+        assert secs < 10, secs  # no tensor data was read
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_existing_output_needs_force(tq_bin, src, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("x")
+    r, _ = run_tq(tq_bin, "convert", src, "-o", out)
+    assert_one_line_error(r, str(out), "--force")
+    assert [p.name for p in out.iterdir()] == ["keep.txt"]
