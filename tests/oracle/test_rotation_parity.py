@@ -8,8 +8,7 @@ written as f32 and as bf16, then:
     runtime, and no argmax flip except between exactly tied source logits;
   - bf16 folded vs source (mlx-lm): mean KL < 1e-3;
   - mlx-lm's logits on the folded artifact equal our runtime's (1e-3 max relative error).
-`fold()` is the one place that makes a folded model; it becomes
-`tq convert SRC -o DST --rotate-weights --no-quantize` when that verb exists.
+`fold()` makes the folded model: `tq convert SRC -o DST --rotate-weights --no-quantize`.
 """
 
 import json
@@ -28,6 +27,7 @@ from test_forward_logits import TINY, assert_close, write_tiny  # noqa: E402
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 TESTS_BIN = os.environ.get("TQ_TESTS_BIN", str(REPO / "build" / "tq_tests"))
+TQ_BIN = os.environ.get("TQ_BIN", str(REPO / "build" / "tq"))
 
 KL_F32 = 1e-6
 KL_BF16 = 1e-3
@@ -35,13 +35,10 @@ KL_BF16 = 1e-3
 
 def fold(src, dst, dtype="f32", r1="hadamard", r2="hadamard", seed=0):
     """Writes the folded float model of `src` to `dst` (stored as `dtype`)."""
-    opts = {"r1": r1, "r2": r2, "seed": seed, "dtype": dtype}
-    env = dict(os.environ, TQ_ROTATE_SRC=str(src), TQ_ROTATE_OUT=str(dst),
-               TQ_ROTATE_OPTS=json.dumps(opts))
-    r = subprocess.run([TESTS_BIN, "--gtest_filter=RotationOracle.*"], env=env,
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
-    assert "[       OK ] RotationOracle.WritesFoldedModel" in r.stdout, r.stdout[-2000:]
+    r = subprocess.run([TQ_BIN, "convert", str(src), "-o", str(dst), "--rotate-weights",
+                        "--no-quantize", "--dtype", dtype, "--r1", r1, "--r2", r2,
+                        "--seed", str(seed)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
     assert (pathlib.Path(dst) / "config.json").exists()
 
 
@@ -127,17 +124,25 @@ def test_tiny_fold_parity(tmp_path, name):
     ref = mlx_in_process(src, windows, None)
     check_model(src, windows, tmp_path, name, ref, mlx_in_process, seed=11,
                 **FOLD_ARGS.get(name, {}))
+    # A rotated and quantized artifact (affine 4-bit g64): stock mlx-lm and our runtime agree.
+    q = tmp_path / "rotated_q4"
+    extra = ["--r2", "random"] if name in FOLD_ARGS else []
+    r = subprocess.run([TQ_BIN, "convert", str(src), "-o", str(q), "--rotate-weights",
+                        "--seed", "11", *extra], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+    assert json.loads((q / "config.json").read_text())["quantization"]["bits"] == 4
+    assert_close(ours(q, windows, tmp_path / "ours_q4"), mlx_in_process(q, windows, None),
+                 f"{name} rotated 4-bit, ours vs mlx-lm")
 
 
 def test_head_dim_not_power_of_two_is_an_error(tmp_path):
     src = tmp_path / "src"
     write_tiny(src, TINY["llama_linear_tied_bias"], seed=200)
-    env = dict(os.environ, TQ_ROTATE_SRC=str(src), TQ_ROTATE_OUT=str(tmp_path / "out"),
-               TQ_ROTATE_OPTS=json.dumps({"r2": "hadamard"}))
-    r = subprocess.run([TESTS_BIN, "--gtest_filter=RotationOracle.*"], env=env,
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode != 0
-    assert "head_dim 48" in r.stdout and "--r2 random" in r.stdout, r.stdout[-2000:]
+    r = subprocess.run([TQ_BIN, "convert", str(src), "-o", str(tmp_path / "out"),
+                        "--rotate-weights"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert "head_dim 48" in r.stderr and "--r2 random" in r.stderr, r.stderr
+    assert not (tmp_path / "out").exists()
 
 
 # --- SmolLM2 (hidden 576 = 36·16: Paley II over GF(17) ⊗ Sylvester) ----------------------------
