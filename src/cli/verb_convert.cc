@@ -14,6 +14,7 @@
 #include "convert/convert.h"
 #include "convert/rtn_quantizer.h"
 #include "io/staging_dir.h"
+#include "rotate/rotation_transform.h"
 
 namespace tq::cli {
 namespace {
@@ -25,6 +26,11 @@ struct ConvertArgs {
   std::vector<std::string> keep_float;
   bool dry_run = false, force = false, json = false, no_timings = false;
   GptqArgs gptq;
+  bool no_quantize = false;
+  // --rotate-weights and its options
+  bool rotate = false, save_rotations = false;
+  std::string r1 = "hadamard", r2 = "hadamard", fold_dtype = "f32";
+  uint64_t seed = 0;
 };
 
 std::atomic<bool> g_interrupted{false};
@@ -59,8 +65,15 @@ nlohmann::json options_record(const ConvertArgs& a) {
       {"dtype", a.dtype},
       {"keep_float", a.keep_float},
       {"recipe", a.recipe},
-      {"max_shard_size", a.max_shard}};
+      {"max_shard_size", a.max_shard},
+      {"no_quantize", a.no_quantize}};
   if (a.gptq.enabled) o["gptq"] = gptq_options_record(a.gptq);
+  if (a.rotate)
+    o["rotate_weights"] = {{"r1", a.r1},
+                           {"r2", a.r2},
+                           {"seed", a.seed},
+                           {"fold_dtype", a.fold_dtype},
+                           {"save_rotations", a.save_rotations}};
   return o;
 }
 
@@ -88,6 +101,39 @@ class ProgressPrinter {
   bool enabled_, tty_;
 };
 
+Result<RotationOptions> rotation_options(const ConvertArgs& a) {
+  RotationOptions ro;
+  auto r1 = parse_rotation_kind(a.r1);
+  if (!r1.ok()) return err("--r1: {}", r1.error().message);
+  auto r2 = parse_rotation_kind(a.r2);
+  if (!r2.ok()) return err("--r2: {}", r2.error().message);
+  ro.r1 = *r1;
+  ro.r2 = *r2;
+  ro.seed = a.seed;
+  ro.fold_dtype = a.fold_dtype == "f64" ? FoldDType::kF64 : FoldDType::kF32;
+  return ro;
+}
+
+// rotation.json (and rotations.safetensors with --save-rotations) beside the published model.
+// Written after publication: a crash in between leaves a complete model whose tq_metadata.json
+// still records kind, seed, K and signs.
+Status write_rotation_files(const RotationTransform& t, const ConvertArgs& a) {
+  auto write = [&](const std::string& name, const std::string& bytes) -> Status {
+    const std::string path = a.out + "/" + name;
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f) return err("{}: cannot create", path);
+    const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+    if (std::fclose(f) != 0 || !ok) return err("{}: write failed", path);
+    return ok_status();
+  };
+  TQ_CHECK_OK(write("rotation.json", t.folder().rotation_json().dump(2) + "\n"));
+  if (a.save_rotations) {
+    TQ_TRY(std::string st, t.folder().rotations_safetensors());
+    TQ_CHECK_OK(write("rotations.safetensors", st));
+  }
+  return ok_status();
+}
+
 Status run_convert_verb(const ConvertArgs& a) {
   ConvertOptions o;
   o.source = a.src;
@@ -109,8 +155,18 @@ Status run_convert_verb(const ConvertArgs& a) {
   TQ_TRY(o.max_shard_bytes, parse_size(a.max_shard));
   o.options_record = options_record(a);
   if (!a.dry_run && a.out.empty()) return err("-o/--output DST is required (or --dry-run)");
+  // --no-quantize: every module float (the folded float model: the rotation parity instrument).
+  if (a.no_quantize) o.plan.keep_float = {"*"};
 
-  TQ_TRY(ConvertJob job, prepare_convert(o));
+  std::unique_ptr<RotationTransform> rotation;
+  std::vector<WeightTransform*> transforms;
+  if (a.rotate) {
+    TQ_TRY(RotationOptions ro, rotation_options(a));
+    TQ_TRY(ModelSource src, open_model(a.src));  // the fold is planned on the source geometry
+    TQ_TRY(rotation, RotationTransform::create(src.config, ro));
+    transforms.push_back(rotation.get());
+  }
+  TQ_TRY(ConvertJob job, prepare_convert(o, transforms));
   SizeStats plan_size = job.plan.size();
   if (a.dry_run) {
     if (a.json) {
@@ -172,6 +228,7 @@ Status run_convert_verb(const ConvertArgs& a) {
                         {"bytes_in_f32", s.bytes_in}};
     std::printf("%s\n", j.dump(2).c_str());
   }
+  if (rotation) TQ_CHECK_OK(write_rotation_files(*rotation, a));
   std::fprintf(stderr, "tq convert: wrote %s in %.1f s\n", a.out.c_str(), s.seconds);
   return ok_status();
 }
@@ -208,6 +265,26 @@ const bool kRegistered = register_verb({
       app.add_flag("--no-timings", a->no_timings,
                    "leave timings out of tq_metadata.json (byte-identical reruns)");
       add_gptq_flags(app, &a->gptq);
+      app.add_flag("--no-quantize", a->no_quantize,
+                   "write every tensor float (with --rotate-weights: the folded float model)");
+      auto* rot = app.add_flag("--rotate-weights", a->rotate,
+                               "fold rotations into the weights before quantizing: untie, "
+                               "gamma-fold, R1 (hidden), R2 (per-head v/o)");
+      const std::vector<std::string> kinds = {"hadamard", "random", "none"};
+      app.add_option("--r1", a->r1, "R1 on the residual stream: hadamard (default), random, none")
+          ->check(CLI::IsMember(kinds))
+          ->needs(rot);
+      app.add_option("--r2", a->r2, "R2 per head between v and o: hadamard (default), random, none")
+          ->check(CLI::IsMember(kinds))
+          ->needs(rot);
+      app.add_option("--seed", a->seed, "seed of the rotations' signs / Gaussians (default 0)")
+          ->needs(rot);
+      app.add_option("--fold-dtype", a->fold_dtype, "precision of the folds: f32 (default), f64")
+          ->check(CLI::IsMember({"f32", "f64"}))
+          ->needs(rot);
+      app.add_flag("--save-rotations", a->save_rotations,
+                   "also write rotations.safetensors (R1 and every layer's R2, F64)")
+          ->needs(rot);
       return [a]() { return run_convert_verb(*a); };
     },
 });
