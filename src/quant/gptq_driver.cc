@@ -167,7 +167,7 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
   if (!have_input_) return err("gptq: layer {} has no input activations (set_embedding)", layer);
   const double t0 = layer_t0_ = now_s();
   TQ_TRY(LayerWeights lw, layer_weights_from(tensors, cfg_, layer));
-  TQ_TRY(LayerRunner run, LayerRunner::create(cfg_, seq_));
+  TQ_TRY(CalibLayerRunner run, CalibLayerRunner::create(cfg_, seq_));
   const auto names = linear_names(cfg_, layer);
   const int64_t dd = cfg_.hidden_size, qd = run.qd(), inter = run.inter();
   std::vector<GptqModule> out;

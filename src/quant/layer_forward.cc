@@ -95,13 +95,13 @@ std::vector<float>* layer_matrix(LayerWeights& w, const ModelConfig& cfg, const 
   }
 }
 
-Result<LayerRunner> LayerRunner::create(const ModelConfig& cfg, int64_t seq) {
+Result<CalibLayerRunner> CalibLayerRunner::create(const ModelConfig& cfg, int64_t seq) {
   if (seq < 1) return err("layer forward: sequence length {} < 1", seq);
   if (cfg.head_dim % 2 != 0 || cfg.num_key_value_heads <= 0 ||
       cfg.num_attention_heads % cfg.num_key_value_heads != 0)
     return err("layer forward: unsupported head geometry");
   TQ_TRY(std::vector<double> inv_freq, rope_inv_freq(cfg));
-  LayerRunner r;
+  CalibLayerRunner r;
   r.cfg_ = cfg;
   r.seq_ = seq;
   const int64_t half = cfg.head_dim / 2, kvd = cfg.num_key_value_heads * cfg.head_dim;
@@ -115,11 +115,11 @@ Result<LayerRunner> LayerRunner::create(const ModelConfig& cfg, int64_t seq) {
   return r;
 }
 
-void LayerRunner::attn_input(const LayerWeights& w, const float* x, float* h) const {
+void CalibLayerRunner::attn_input(const LayerWeights& w, const float* x, float* h) const {
   rms_norm(x, w.norm_attn.data(), seq_, d(), static_cast<float>(cfg_.rms_norm_eps), h);
 }
 
-void LayerRunner::attention(const LayerWeights& w, const float* h, float* att) {
+void CalibLayerRunner::attention(const LayerWeights& w, const float* h, float* att) {
   const ModelConfig& c = cfg_;
   const int64_t n = seq_, dd = d(), hd = c.head_dim, half = hd / 2;
   const int64_t n_heads = c.num_attention_heads, n_kv = c.num_key_value_heads;
@@ -146,33 +146,33 @@ void LayerRunner::attention(const LayerWeights& w, const float* h, float* att) {
   causal_attention(q, k_.data(), v_.data(), n, 0, n_heads, n_kv, hd, scale, att);
 }
 
-void LayerRunner::attn_residual(const LayerWeights& w, const float* x, const float* att,
-                                float* x_mid) {
+void CalibLayerRunner::attn_residual(const LayerWeights& w, const float* x, const float* att,
+                                     float* x_mid) {
   const int64_t n = seq_ * d();
   h_.resize(static_cast<size_t>(n));
   matmul_nt(att, seq_, qd(), w.o.data(), d(), or_null(w.o_b), h_.data());  // [seq, d]
   for (int64_t i = 0; i < n; ++i) x_mid[i] = x[i] + h_[i];
 }
 
-void LayerRunner::mlp_input(const LayerWeights& w, const float* x_mid, float* h2) const {
+void CalibLayerRunner::mlp_input(const LayerWeights& w, const float* x_mid, float* h2) const {
   rms_norm(x_mid, w.norm_mlp.data(), seq_, d(), static_cast<float>(cfg_.rms_norm_eps), h2);
 }
 
-void LayerRunner::mlp_act(const LayerWeights& w, const float* h2, float* act) {
+void CalibLayerRunner::mlp_act(const LayerWeights& w, const float* h2, float* act) {
   matmul_nt(h2, seq_, d(), w.gate.data(), inter(), or_null(w.gate_b), act);     // [seq, inter]
   matmul_nt(h2, seq_, d(), w.up.data(), inter(), or_null(w.up_b), up_.data());  // [seq, inter]
   silu_mul(act, up_.data(), seq_ * inter());
 }
 
-void LayerRunner::mlp_residual(const LayerWeights& w, const float* x_mid, const float* act,
-                               float* out) {
+void CalibLayerRunner::mlp_residual(const LayerWeights& w, const float* x_mid, const float* act,
+                                    float* out) {
   const int64_t n = seq_ * d();
   h_.resize(static_cast<size_t>(n));
   matmul_nt(act, seq_, inter(), w.down.data(), d(), or_null(w.down_b), h_.data());  // [seq, d]
   for (int64_t i = 0; i < n; ++i) out[i] = x_mid[i] + h_[i];
 }
 
-void LayerRunner::full(const LayerWeights& w, const float* x, float* out) {
+void CalibLayerRunner::full(const LayerWeights& w, const float* x, float* out) {
   const int64_t n = seq_ * d();
   std::vector<float> h(static_cast<size_t>(n)), xm(static_cast<size_t>(n));
   att_.resize(static_cast<size_t>(seq_ * qd()));

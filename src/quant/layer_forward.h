@@ -35,9 +35,9 @@ Result<LayerWeights> layer_weights_from(const std::map<std::string, FloatTensor>
 // The weight matrix a linear module's HF weight name refers to, or nullptr.
 std::vector<float>* layer_matrix(LayerWeights& w, const ModelConfig& cfg, const std::string& name);
 
-class LayerRunner {
+class CalibLayerRunner {
  public:
-  static Result<LayerRunner> create(const ModelConfig& cfg, int64_t seq);
+  static Result<CalibLayerRunner> create(const ModelConfig& cfg, int64_t seq);
 
   int64_t seq() const { return seq_; }
   int64_t d() const { return cfg_.hidden_size; }
