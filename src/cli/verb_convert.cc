@@ -4,13 +4,16 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cli/convert_gptq.h"
 #include "cli/verb.h"
 #include "convert/convert.h"
 #include "convert/rtn_quantizer.h"
+#include "io/staging_dir.h"
 #include "rotate/rotation_transform.h"
 
 namespace tq::cli {
@@ -22,6 +25,7 @@ struct ConvertArgs {
   std::string mode, dtype, recipe, max_shard = "5GiB";
   std::vector<std::string> keep_float;
   bool dry_run = false, force = false, json = false, no_timings = false;
+  GptqArgs gptq;
   bool no_quantize = false;
   // --rotate-weights and its options
   bool rotate = false, save_rotations = false;
@@ -63,6 +67,7 @@ nlohmann::json options_record(const ConvertArgs& a) {
       {"recipe", a.recipe},
       {"max_shard_size", a.max_shard},
       {"no_quantize", a.no_quantize}};
+  if (a.gptq.enabled) o["gptq"] = gptq_options_record(a.gptq);
   if (a.rotate)
     o["rotate_weights"] = {{"r1", a.r1},
                            {"r2", a.r2},
@@ -180,12 +185,14 @@ Status run_convert_verb(const ConvertArgs& a) {
     return ok_status();
   }
 
+  TQ_CHECK_OK(StagingDir::check_dest(o.dest, o.force));  // before the first line of output
   struct sigaction sa = {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGHUP, &sa, nullptr);
+  ::sigaction(SIGQUIT, &sa, nullptr);
   o.cancel = &g_interrupted;
   ProgressPrinter printer(true);
   o.progress = [&printer](const ConvertProgress& p) { printer(p); };
@@ -193,7 +200,24 @@ Status run_convert_verb(const ConvertArgs& a) {
                a.out.c_str(), quant_spec_str(job.plan.global).c_str(), plan_size.bpw,
                static_cast<unsigned long long>(plan_size.bytes));
   RtnQuantizer rtn;
-  TQ_TRY(ConvertSummary s, run_convert(job, rtn, o));
+  LayerQuantizer* quantizer = &rtn;
+  GptqSetup gptq;
+  if (a.gptq.enabled) {
+    TQ_TRY(gptq, make_gptq(a.gptq, job, o));
+    quantizer = gptq.quantizer.get();
+  }
+  TQ_TRY(ConvertSummary s, run_convert(job, *quantizer, o));
+  if (a.gptq.enabled) {
+    const nlohmann::json g = gptq.quantizer->metadata()["guards"];
+    std::fprintf(stderr,
+                 "tq convert: gptq guards: %d modules, %d escalated damping, %d fell back to RTN "
+                 "(%d Cholesky failures, %d scale and %d loss divergences)\n",
+                 g.value("modules", 0), g.value("escalated", 0), g.value("fallbacks", 0),
+                 g.value("cholesky_failures", 0), g.value("scale_divergences", 0),
+                 g.value("loss_divergences", 0));
+    std::error_code ec;
+    std::filesystem::remove_all(gptq.checkpoint_dir, ec);  // the output is complete
+  }
   if (a.json) {
     nlohmann::json j = {{"dest", s.dest},
                         {"params", s.size.params},
@@ -240,6 +264,7 @@ const bool kRegistered = register_verb({
       app.add_flag("--json", a->json, "print a JSON summary on stdout");
       app.add_flag("--no-timings", a->no_timings,
                    "leave timings out of tq_metadata.json (byte-identical reruns)");
+      add_gptq_flags(app, &a->gptq);
       app.add_flag("--no-quantize", a->no_quantize,
                    "write every tensor float (with --rotate-weights: the folded float model)");
       auto* rot = app.add_flag("--rotate-weights", a->rotate,

@@ -176,3 +176,20 @@ def tiny_llama_gguf_tensors(cfg=TINY_LLAMA, seed=0):
                 layer = name.split(".")[2]
                 out[f"blk.{layer}.{gg}"] = a
     return out
+
+
+def write_tiny_tokenizer(path, vocab_size=300):
+    """A small byte-level BPE tokenizer.json (+ tokenizer_config.json) trained on fixed text."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    path = pathlib.Path(path)
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=["<s>", "</s>"],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(["The quick brown fox jumps over the lazy dog."] * 20 +
+                            [" = Robert Boulter = \n The the of and in a to was"] * 5, trainer)
+    tok.save(str(path / "tokenizer.json"))
+    (path / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>"}))

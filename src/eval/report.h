@@ -1,0 +1,59 @@
+// `tq report`: the results database turned into one self-contained HTML page (inline SVG and
+// CSS, no script, no network): per source model, the bpw-vs-KL and bpw-vs-PPL frontiers with
+// the Pareto points marked, a table of every arm, and each artifact's provenance.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/result.h"
+#include "eval/results_db.h"
+
+namespace tq::eval {
+
+// What the report reads from an artifact on disk (when it still exists).
+struct ArtifactInfo {
+  double bpw = 0;
+  uint64_t bytes = 0;
+  uint64_t params = 0;
+  std::string recipe;                      // e.g. "affine 4-bit g64", "mixed (3 specs)", "bf16"
+  std::optional<nlohmann::json> metadata;  // tq_metadata.json
+};
+using ArtifactProbe = std::function<std::optional<ArtifactInfo>(const std::string& path)>;
+// Opens the model (headers only) and reads config.json's quantization and tq_metadata.json.
+std::optional<ArtifactInfo> probe_artifact(const std::string& path);
+
+// One artifact of a source model, with its latest measurements.
+struct ReportArm {
+  std::string artifact;
+  std::optional<ArtifactInfo> info;
+  std::optional<nlohmann::json> ppl;    // latest `tq ppl` result
+  std::optional<nlohmann::json> kl;     // latest `tq kl` result against the group's source
+  std::optional<nlohmann::json> bench;  // latest `tq bench` result
+  std::optional<double> bpw() const;
+  std::optional<double> mean_kl() const;
+  std::optional<double> ppl_value() const;
+};
+
+struct ReportGroup {
+  std::string source;  // the source model (base of the KL rows)
+  std::vector<ReportArm> arms;
+};
+
+// Groups runs by source model: tq_metadata.json's "source" when present, else the base of the
+// artifact's KL rows, else the artifact itself. Arms are sorted by bpw (unknown last).
+std::vector<ReportGroup> gather_report(const std::vector<RunRecord>& runs,
+                                       const ArtifactProbe& probe);
+
+// Indices of the Pareto points among (x, y): no other point has x' <= x and y' <= y with one
+// of them strict.
+std::vector<bool> pareto_front(const std::vector<std::pair<double, double>>& pts);
+
+std::string render_report_html(const std::vector<ReportGroup>& groups, const std::string& db_path,
+                               const std::string& generated_utc);
+
+}  // namespace tq::eval

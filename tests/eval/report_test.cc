@@ -1,0 +1,78 @@
+#include "eval/report.h"
+
+#include <gtest/gtest.h>
+
+namespace tq::eval {
+namespace {
+
+RunRecord run(const std::string& kind, const std::string& artifact, nlohmann::json result,
+              std::optional<std::string> base = std::nullopt) {
+  RunRecord r;
+  r.kind = kind;
+  r.artifact = artifact;
+  r.base_artifact = base;
+  r.result = std::move(result);
+  return r;
+}
+
+TEST(Report, ParetoFront) {
+  auto f = pareto_front({{4.5, 0.1}, {3.5, 0.3}, {4.6, 0.2}, {8.5, 0.001}, {3.5, 0.4}});
+  EXPECT_EQ(f, (std::vector<bool>{true, true, false, true, false}));
+  EXPECT_EQ(pareto_front({{1, 1}, {1, 1}}), (std::vector<bool>{true, true}));
+}
+
+TEST(Report, GroupsBySourceAndKeepsTheLatestRows) {
+  std::vector<RunRecord> runs = {
+      run("ppl", "/m/base", {{"ppl", 10.0}, {"ppl_se", 0.1}}),
+      run("ppl", "/m/q4", {{"ppl", 12.0}}),
+      run("kl", "/m/q4", {{"mean_kl", 0.5}}, "/m/base"),
+      run("kl", "/m/q4", {{"mean_kl", 0.05}}, "/m/base"),  // later row wins
+      run("ppl", "/m/q4", {{"ppl", 11.0}, {"ppl_se", 0.2}}),
+      run("ppl", "/m/conv", {{"ppl", 10.5}}),  // grouped through tq_metadata.json
+      run("ppl", "/other/x", {{"ppl", 99.0}}),
+      run("bench", "/m/q4", {{"decode_tok_s", 50.0}}),
+  };
+  auto probe = [](const std::string& p) -> std::optional<ArtifactInfo> {
+    ArtifactInfo a;
+    a.bpw = p == "/m/base" ? 16.0 : p == "/m/q4" ? 4.5 : p == "/m/conv" ? 3.9 : 8.0;
+    a.bytes = 1000;
+    a.params = 100;
+    a.recipe = "r";
+    if (p == "/m/conv")
+      a.metadata = nlohmann::json{{"command", "convert"}, {"source", {{"path", "/m/base"}}}};
+    return a;
+  };
+  std::vector<ReportGroup> g = gather_report(runs, probe);
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_EQ(g[0].source, "/m/base");
+  ASSERT_EQ(g[0].arms.size(), 3u);
+  EXPECT_EQ(g[0].arms[0].artifact, "/m/conv");  // sorted by bpw
+  EXPECT_EQ(g[0].arms[1].artifact, "/m/q4");
+  EXPECT_EQ(*g[0].arms[1].mean_kl(), 0.05);
+  EXPECT_EQ(*g[0].arms[1].ppl_value(), 11.0);
+  EXPECT_EQ((*g[0].arms[1].bench)["decode_tok_s"], 50.0);
+  EXPECT_FALSE(g[0].arms[0].mean_kl().has_value());
+  EXPECT_EQ(g[1].source, "/other/x");
+
+  const std::string html = render_report_html(g, "db.sqlite", "2025-01-01T00:00:00Z");
+  EXPECT_NE(html.find("id=\"kl-0\""), std::string::npos);
+  EXPECT_NE(html.find("data-artifact=\"/m/q4\""), std::string::npos);
+  EXPECT_NE(html.find("11.000 ± 0.200"), std::string::npos);
+  EXPECT_EQ(html.find("<script"), std::string::npos);
+  EXPECT_EQ(html.find("http://www.w3.org/2000/svg\"") == std::string::npos, false);
+}
+
+TEST(Report, EscapesArtifactNames) {
+  std::vector<RunRecord> runs = {run("ppl", "/m/<b>&\"x", {{"ppl", 3.0}})};
+  auto probe = [](const std::string&) -> std::optional<ArtifactInfo> {
+    ArtifactInfo a;
+    a.bpw = 4;
+    return a;
+  };
+  const std::string html = render_report_html(gather_report(runs, probe), "d", "t");
+  EXPECT_EQ(html.find("<b>&"), std::string::npos);
+  EXPECT_NE(html.find("&lt;b&gt;&amp;&quot;x"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tq::eval
