@@ -211,7 +211,9 @@ Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
           return err("{}: a transform produced tensor '{}', which the plan does not hold",
                      opts.source, name);
     }
-    if (!specs.empty()) {
+    {
+      // Called for every group, in model order, even one with nothing to quantize: a stateful
+      // quantizer (GPTQ) follows the float model through embed, layers, norm and head.
       TQ_TRY(std::vector<QuantizedModule> mods, quantizer.quantize(g.layer, m, specs, plan.dtype));
       std::set<std::string> done;
       for (QuantizedModule& q : mods) {

@@ -44,7 +44,10 @@ struct QuantizedModule {
   nlohmann::json info;  // per-module facts for tq_metadata.json (e.g. GPTQ loss); may be null
 };
 
-// Chooses the codes of every quantized matrix of one layer (layer = -1 for the globals).
+// Chooses the codes of every quantized matrix of one layer (layer = -1 for the globals). The
+// driver calls it for every group in model order (embed_tokens, layer 0..N-1, final norm,
+// lm_head; all globals at once when transforms run), with all of the group's float tensors
+// after the transforms, also when `specs` is empty.
 // `specs` maps HF tensor names ("...down_proj.weight") of `tensors` to their spec; `dtype` is
 // the output float dtype (affine scales/biases). Returns one module per entry of `specs`.
 class LayerQuantizer {

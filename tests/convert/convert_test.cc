@@ -303,8 +303,8 @@ TEST(Convert, WithoutTransformsGlobalsAreStreamedOneAtATime) {
   std::string src = write_source(d, tiny_config(2));
   RecordingQuantizer q;
   ASSERT_TRUE(convert(options(src, d.file("out")), &q).ok());
-  // embed_tokens, layers 0 and 1, then lm_head (the final norm is float: no quantizer call).
-  EXPECT_EQ(q.layers, (std::vector<int64_t>{-1, 0, 1, -1}));
+  // embed_tokens, layers 0 and 1, the final norm (nothing to quantize), then lm_head.
+  EXPECT_EQ(q.layers, (std::vector<int64_t>{-1, 0, 1, -1, -1}));
   EXPECT_FALSE(q.mixed);
 }
 

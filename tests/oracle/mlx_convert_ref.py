@@ -5,7 +5,7 @@ tokens of mlx_forward_ref.reference(). One process for all directories, with the
 OpenBLAS preloaded under mlx (see mlx_forward_ref.py).
 
 As a script: python mlx_convert_ref.py JOB_JSON OUT_DIR, job = {"cases": [{"dir", "windows",
-"prompt", "max_tokens", "prompt_text"}]}.
+"prompt", "max_tokens", "prompt_text", "text_tokens"}]}.
 """
 
 import json
@@ -63,7 +63,7 @@ def main(job_path, out_dir):
         # Text through mlx-lm's own generation loop (ids in: qwen2's tokenizer class ignores the
         # word-level tokenizer.json of the tiny models).
         prompt = tokenizer.encode(case["prompt_text"]) or case["prompt"]
-        pieces = [r for r in stream_generate(model, tokenizer, prompt, max_tokens=8)]
+        pieces = list(stream_generate(model, tokenizer, prompt, max_tokens=case["text_tokens"]))
         res["text"] = "".join(r.text for r in pieces)
         res["text_tokens"] = [int(r.token) for r in pieces]
         del model

@@ -57,7 +57,7 @@ SPECS = {
     "mixed_3_6": ["--recipe", "mixed_3_6"],
     "recipe": ["--recipe", "RECIPE"],
 }
-SMOL_SPECS = ["affine4_g64", "mixed_3_6", "recipe"]
+SMOL_SPECS = ["affine4_g64", "recipe"]
 # Stock mlx_lm.convert settings that must give the very same tensors as ours.
 MLX_LM_SAME = {
     "affine4_g64": dict(q_bits=4, q_group_size=64),
@@ -65,7 +65,8 @@ MLX_LM_SAME = {
     "mxfp4": dict(q_mode="mxfp4"),
     "mixed_3_6": dict(q_group_size=64, quant_predicate="mixed_3_6"),
 }
-GEN = 16  # greedy tokens compared
+GEN = 16  # greedy tokens compared (tiny models)
+SMOL_GEN = 4
 CASES = [(m, s) for m in sorted(TINY) for s in SPECS] + [("smollm2", s) for s in SMOL_SPECS]
 
 
@@ -104,19 +105,23 @@ def converted(tmp_path_factory):
         out = root / "out" / f"{model}-{spec}"
         summary = json.loads(tq("convert", sources[model], "-o", out, "--json", *args).stdout)
         if model == "smollm2":
+            # mlx-cpu's quantized matmul is slow (seconds per 64-token window on 2 cores): keep
+            # SmolLM2's windows and generations short.
             from mlx_lm.utils import load_tokenizer
 
             tok = load_tokenizer(out)
             ids = tok.encode(WIKI.read_text(encoding="utf-8")[:20000])
-            windows, prompt = [ids[1000:1064], ids[3000:3064]], tok.encode("The Roman Empire")
-            prompt_text = "The history of"
+            windows, prompt = [ids[1000:1024]], tok.encode("The Roman Empire")
+            prompt_text, gen, text_tokens = "The history of", SMOL_GEN, SMOL_GEN
         else:
             windows, prompt = tiny_tokens(TINY[model]["vocab_size"], seed=9)
-            prompt_text = "w5 w6 w7"
+            prompt_text, gen, text_tokens = "w5 w6 w7", GEN, 8
         cases[(model, spec)] = {"dir": out, "dry": dry, "summary": summary, "windows": windows,
-                                "prompt": prompt, "index": len(mlx_cases)}
+                                "prompt": prompt, "index": len(mlx_cases), "gen": gen,
+                                "text_tokens": text_tokens}
         mlx_cases.append({"dir": str(out), "windows": windows, "prompt": prompt,
-                          "max_tokens": GEN, "prompt_text": prompt_text})
+                          "max_tokens": gen, "prompt_text": prompt_text,
+                          "text_tokens": text_tokens})
     t1 = time.monotonic()
     results = run_batch(mlx_cases, root / "mlx")
     print(f"\n{len(mlx_cases)} conversions {t1 - t0:.1f} s, mlx-lm {time.monotonic() - t1:.1f} s")
@@ -142,15 +147,16 @@ def test_convert_loads_in_mlx_lm_and_matches_our_runtime(converted, tmp_path, mo
     if not llama3:
         assert ref["bpw"] == pytest.approx(dry["bpw"], rel=1e-12), what
     assert (summary["bytes"], summary["params"]) == (dry["bytes"], dry["params"])
-    assert len(ref["text_tokens"]) == 8 and isinstance(ref["text"], str), (what, ref)
+    assert len(ref["text_tokens"]) == case["text_tokens"] and isinstance(ref["text"], str)
     if model == "smollm2":
-        assert len(ref["text"].split()) >= 3, (what, ref["text"])
+        assert ref["text"].strip(), (what, ref["text"])
     # The same artifact in our runtime.
     ours, res = run_ours(case["dir"], case["windows"], case["prompt"], tmp_path / "ours",
-                         max_tokens=GEN)
+                         max_tokens=case["gen"])
     assert_close(ours, ref["logits"], what)
     assert res["generated"] == ref["generated"], (what, res["generated"], ref["generated"])
-    assert len(set(ref["generated"])) > 2, ref["generated"]
+    if model != "smollm2":
+        assert len(set(ref["generated"])) > 2, ref["generated"]
     # config.json holds both quantization blocks, identical, and explicit geometry keys.
     assert cfg["quantization"] == cfg["quantization_config"]
     assert isinstance(cfg["tie_word_embeddings"], bool) and "rope_theta" in cfg
@@ -196,3 +202,27 @@ def test_convert_equals_mlx_lm_convert(converted, tmp_path, model, spec):
     cfg_t = json.loads((theirs_dir / "config.json").read_text())
     assert effective_specs(cfg_o, ours) == effective_specs(cfg_t, theirs)
     assert cfg_o["tie_word_embeddings"] == cfg_t.get("tie_word_embeddings", True)
+
+
+@pytest.mark.parametrize("preset", ["mixed_2_6", "mixed_3_4", "mixed_3_6", "mixed_4_6"])
+def test_presets_equal_mlx_lm_predicate_on_smollm2(preset):
+    """Our preset plan for SmolLM2's 30 layers equals mlx-lm's mixed_quant_predicate_builder."""
+    if not GGUF.exists():
+        pytest.skip(f"asset missing: {GGUF}")
+    from mlx_lm.convert import mixed_quant_predicate_builder
+    from mlx_lm.models import llama
+
+    dry = json.loads(tq("convert", GGUF, "--dry-run", "--json", "--recipe", preset,
+                        "--group-size", "32").stdout)
+    cfg = json.loads(tq("inspect", GGUF, "--json").stdout)["config"]
+    args = llama.ModelArgs.from_dict({**cfg, "model_type": "llama"})
+    model = llama.Model(args)
+    pred = mixed_quant_predicate_builder(preset, model, 32)
+    theirs = {}
+    for path, m in model.named_modules():
+        if hasattr(m, "to_quantized") and path:
+            p = pred(path, m)
+            theirs[path] = (p["mode"], p["bits"], p["group_size"])
+    ours = {k: (v["mode"], v["bits"], v["group_size"]) for k, v in dry["modules"].items()}
+    assert ours == theirs
+    assert sum(1 for v in ours.values() if v[1] == (4 if preset == "mixed_3_4" else 6)) == 28
