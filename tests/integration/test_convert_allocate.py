@@ -42,7 +42,7 @@ def env(tmp_path_factory):
     calib.write_bytes(WIKI.read_bytes()[:6000])
     sens = root / "sens.json"
     tq("sensitivity", src, "--calib", calib, "--windows", "2", "--seq-len", "32", "--bits",
-       "3,4,8", "-o", sens)
+       "2,3,4,5,6,8", "-o", sens)  # with only 3,4,8 the 6.0 optimum sits 0.23 bpw below
     return {"root": root, "src": src, "sens": sens}
 
 
@@ -87,7 +87,8 @@ def test_target_bpw_is_met_and_recorded(env, target):
     with sqlite3.connect(db) as c:
         rows = c.execute("SELECT kind, artifact, base_artifact, result FROM runs").fetchall()
     mine = [r for r in rows if r[1] == str(out)]
-    assert len(mine) == 1 and mine[0][0] == "convert" and mine[0][2] == str(src)
+    assert len(mine) == 1 and mine[0][0] == "convert"
+    assert Path(mine[0][2]).resolve() == src.resolve()
     res = json.loads(mine[0][3])
     assert res["bpw"] == pytest.approx(info["bpw"]) and res["bytes"] == info["bytes"]
     assert res["recipe"].startswith(f"allocated {target}")
@@ -135,11 +136,12 @@ def test_bad_sensitivity_files(env, tmp_path):
     one_line_error(tq("convert", *base, "--sensitivity", partial, ok=False), str(partial),
                    "model.layers.1.mlp.up_proj")
     # ...unless a recipe pins that module.
-    tq("convert", *base, "--sensitivity", partial, "--keep-float", "model.layers.1.mlp.up_proj")
+    tq("convert", src, "--target-bpw", "6", "--dtype", "bf16", "--dry-run", "--sensitivity", partial,
+       "--keep-float", "model.layers.1.mlp.up_proj")
 
     garbage = tmp_path / "garbage.json"
     garbage.write_text("{not json")
     one_line_error(tq("convert", *base, "--sensitivity", garbage, ok=False), str(garbage))
 
     one_line_error(tq("convert", src, "--target-bpw", "1.0", "--sensitivity", sens, "--dry-run",
-                      ok=False), "bpw")
+                      ok=False), "below the smallest plan", "bpw")
