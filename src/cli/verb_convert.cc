@@ -5,15 +5,19 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "cli/convert_gptq.h"
 #include "cli/verb.h"
 #include "convert/allocate_convert.h"
 #include "convert/convert.h"
 #include "convert/convert_db.h"
 #include "convert/rtn_quantizer.h"
+#include "io/staging_dir.h"
+#include "rotate/rotation_transform.h"
 
 namespace tq::cli {
 namespace {
@@ -27,6 +31,12 @@ struct ConvertArgs {
   std::optional<double> target_bpw;
   std::string target_size, sensitivity, db;
   bool allow_over = false, no_db = false;
+  GptqArgs gptq;
+  bool no_quantize = false;
+  // --rotate-weights and its options
+  bool rotate = false, save_rotations = false;
+  std::string r1 = "hadamard", r2 = "hadamard", fold_dtype = "f32";
+  uint64_t seed = 0;
 };
 
 std::atomic<bool> g_interrupted{false};
@@ -61,7 +71,15 @@ nlohmann::json options_record(const ConvertArgs& a) {
       {"dtype", a.dtype},
       {"keep_float", a.keep_float},
       {"recipe", a.recipe},
-      {"max_shard_size", a.max_shard}};
+      {"max_shard_size", a.max_shard},
+      {"no_quantize", a.no_quantize}};
+  if (a.gptq.enabled) o["gptq"] = gptq_options_record(a.gptq);
+  if (a.rotate)
+    o["rotate_weights"] = {{"r1", a.r1},
+                           {"r2", a.r2},
+                           {"seed", a.seed},
+                           {"fold_dtype", a.fold_dtype},
+                           {"save_rotations", a.save_rotations}};
   if (a.target_bpw) o["target_bpw"] = *a.target_bpw;
   if (!a.target_size.empty()) o["target_size"] = a.target_size;
   if (!a.sensitivity.empty()) o["sensitivity"] = a.sensitivity;
@@ -93,6 +111,39 @@ class ProgressPrinter {
   bool enabled_, tty_;
 };
 
+Result<RotationOptions> rotation_options(const ConvertArgs& a) {
+  RotationOptions ro;
+  auto r1 = parse_rotation_kind(a.r1);
+  if (!r1.ok()) return err("--r1: {}", r1.error().message);
+  auto r2 = parse_rotation_kind(a.r2);
+  if (!r2.ok()) return err("--r2: {}", r2.error().message);
+  ro.r1 = *r1;
+  ro.r2 = *r2;
+  ro.seed = a.seed;
+  ro.fold_dtype = a.fold_dtype == "f64" ? FoldDType::kF64 : FoldDType::kF32;
+  return ro;
+}
+
+// rotation.json (and rotations.safetensors with --save-rotations) beside the published model.
+// Written after publication: a crash in between leaves a complete model whose tq_metadata.json
+// still records kind, seed, K and signs.
+Status write_rotation_files(const RotationTransform& t, const ConvertArgs& a) {
+  auto write = [&](const std::string& name, const std::string& bytes) -> Status {
+    const std::string path = a.out + "/" + name;
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (!f) return err("{}: cannot create", path);
+    const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+    if (std::fclose(f) != 0 || !ok) return err("{}: write failed", path);
+    return ok_status();
+  };
+  TQ_CHECK_OK(write("rotation.json", t.folder().rotation_json().dump(2) + "\n"));
+  if (a.save_rotations) {
+    TQ_TRY(std::string st, t.folder().rotations_safetensors());
+    TQ_CHECK_OK(write("rotations.safetensors", st));
+  }
+  return ok_status();
+}
+
 Status run_convert_verb(const ConvertArgs& a) {
   ConvertOptions o;
   o.source = a.src;
@@ -114,6 +165,8 @@ Status run_convert_verb(const ConvertArgs& a) {
   TQ_TRY(o.max_shard_bytes, parse_size(a.max_shard));
   o.options_record = options_record(a);
   if (!a.dry_run && a.out.empty()) return err("-o/--output DST is required (or --dry-run)");
+  // --no-quantize: every module float (the folded float model: the rotation parity instrument).
+  if (a.no_quantize) o.plan.keep_float = {"*"};
 
   const bool allocating = a.target_bpw || !a.target_size.empty();
   if (!allocating && (!a.sensitivity.empty() || a.allow_over))
@@ -122,7 +175,19 @@ Status run_convert_verb(const ConvertArgs& a) {
     return err(
         "--target-bpw/--target-size choose each module's spec from the sensitivity "
         "table; drop --bits/--mode/--group-size (pin modules with a recipe instead)");
-  TQ_TRY(ConvertJob job, prepare_convert(o));
+  if (allocating && (a.rotate || a.no_quantize))
+    return err(
+        "--target-bpw/--target-size: the sensitivity table is measured without rotation; "
+        "drop --rotate-weights/--no-quantize");
+  std::unique_ptr<RotationTransform> rotation;
+  std::vector<WeightTransform*> transforms;
+  if (a.rotate) {
+    TQ_TRY(RotationOptions ro, rotation_options(a));
+    TQ_TRY(ModelSource src, open_model(a.src));  // the fold is planned on the source geometry
+    TQ_TRY(rotation, RotationTransform::create(src.config, ro));
+    transforms.push_back(rotation.get());
+  }
+  TQ_TRY(ConvertJob job, prepare_convert(o, transforms));
   nlohmann::json allocation;  // null unless allocating
   std::optional<AllocateOutcome> alloc;
   if (allocating) {
@@ -163,12 +228,14 @@ Status run_convert_verb(const ConvertArgs& a) {
     return ok_status();
   }
 
+  TQ_CHECK_OK(StagingDir::check_dest(o.dest, o.force));  // before the first line of output
   struct sigaction sa = {};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGINT, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGHUP, &sa, nullptr);
+  ::sigaction(SIGQUIT, &sa, nullptr);
   o.cancel = &g_interrupted;
   ProgressPrinter printer(true);
   o.progress = [&printer](const ConvertProgress& p) { printer(p); };
@@ -176,7 +243,24 @@ Status run_convert_verb(const ConvertArgs& a) {
                a.out.c_str(), quant_spec_str(job.plan.global).c_str(), plan_size.bpw,
                static_cast<unsigned long long>(plan_size.bytes));
   RtnQuantizer rtn;
-  TQ_TRY(ConvertSummary s, run_convert(job, rtn, o));
+  LayerQuantizer* quantizer = &rtn;
+  GptqSetup gptq;
+  if (a.gptq.enabled) {
+    TQ_TRY(gptq, make_gptq(a.gptq, job, o));
+    quantizer = gptq.quantizer.get();
+  }
+  TQ_TRY(ConvertSummary s, run_convert(job, *quantizer, o));
+  if (a.gptq.enabled) {
+    const nlohmann::json g = gptq.quantizer->metadata()["guards"];
+    std::fprintf(stderr,
+                 "tq convert: gptq guards: %d modules, %d escalated damping, %d fell back to RTN "
+                 "(%d Cholesky failures, %d scale and %d loss divergences)\n",
+                 g.value("modules", 0), g.value("escalated", 0), g.value("fallbacks", 0),
+                 g.value("cholesky_failures", 0), g.value("scale_divergences", 0),
+                 g.value("loss_divergences", 0));
+    std::error_code ec;
+    std::filesystem::remove_all(gptq.checkpoint_dir, ec);  // the output is complete
+  }
   if (a.json) {
     nlohmann::json j = {{"dest", s.dest},
                         {"params", s.size.params},
@@ -187,6 +271,7 @@ Status run_convert_verb(const ConvertArgs& a) {
                         {"bytes_in_f32", s.bytes_in}};
     std::printf("%s\n", j.dump(2).c_str());
   }
+  if (rotation) TQ_CHECK_OK(write_rotation_files(*rotation, a));
   std::fprintf(stderr, "tq convert: wrote %s in %.1f s\n", a.out.c_str(), s.seconds);
   if (!a.no_db) {
     // The artifact is published: a database problem is a warning, not a failed conversion.
@@ -240,6 +325,27 @@ const bool kRegistered = register_verb({
       app.add_flag("--no-db", a->no_db, "Do not record the artifact in the results database");
       app.add_flag("--no-timings", a->no_timings,
                    "leave timings out of tq_metadata.json (byte-identical reruns)");
+      add_gptq_flags(app, &a->gptq);
+      app.add_flag("--no-quantize", a->no_quantize,
+                   "write every tensor float (with --rotate-weights: the folded float model)");
+      auto* rot = app.add_flag("--rotate-weights", a->rotate,
+                               "fold rotations into the weights before quantizing: untie, "
+                               "gamma-fold, R1 (hidden), R2 (per-head v/o)");
+      const std::vector<std::string> kinds = {"hadamard", "random", "none"};
+      app.add_option("--r1", a->r1, "R1 on the residual stream: hadamard (default), random, none")
+          ->check(CLI::IsMember(kinds))
+          ->needs(rot);
+      app.add_option("--r2", a->r2, "R2 per head between v and o: hadamard (default), random, none")
+          ->check(CLI::IsMember(kinds))
+          ->needs(rot);
+      app.add_option("--seed", a->seed, "seed of the rotations' signs / Gaussians (default 0)")
+          ->needs(rot);
+      app.add_option("--fold-dtype", a->fold_dtype, "precision of the folds: f32 (default), f64")
+          ->check(CLI::IsMember({"f32", "f64"}))
+          ->needs(rot);
+      app.add_flag("--save-rotations", a->save_rotations,
+                   "also write rotations.safetensors (R1 and every layer's R2, F64)")
+          ->needs(rot);
       return [a]() { return run_convert_verb(*a); };
     },
 });

@@ -1,5 +1,5 @@
-// tq generate MODEL -p TEXT: text generation with the reference forward pass, streamed to
-// stdout; greedy by default, or sampled (--temp, --top-p, --top-k, --seed). --chat wraps the
+// tq generate MODEL -p TEXT: text generation (fast runtime; --reference for the f32 one), streamed
+// to stdout; greedy by default, or sampled (--temp, --top-p, --top-k, --seed). --chat wraps the
 // prompt in the model's chat template. Statistics go to stderr as one final line.
 #include <algorithm>
 #include <chrono>
@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "cli/runtime_flags.h"
 #include "cli/verb.h"
 #include "kernels/sampling.h"
 #include "model/forward.h"
@@ -31,6 +32,7 @@ struct GenerateOptions {
   std::string system;
   bool has_system = false;
   bool json = false;
+  RuntimeOptions runtime;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -77,7 +79,7 @@ Status run_generate(const GenerateOptions& o) {
   if (chat.eos_token) {
     if (auto id = tok.token_to_id(*chat.eos_token)) eos.push_back(*id);
   }
-  TQ_TRY(auto model, Transformer::load(m));
+  TQ_TRY(auto model, Transformer::load(m, o.runtime));
   const int64_t vocab = model->config().vocab_size;
   for (int32_t id : prompt) {
     if (id < 0 || id >= vocab)
@@ -127,7 +129,8 @@ Status run_generate(const GenerateOptions& o) {
                         {"stop", stop},
                         {"load_s", load_s},
                         {"prefill_tok_s", prefill_tps},
-                        {"decode_tok_s", decode_tps}};
+                        {"decode_tok_s", decode_tps},
+                        {"runtime", model->runtime_name()}};
     write_out(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   } else {
     write_out(tail + "\n");
@@ -163,6 +166,7 @@ const bool kRegistered = register_verb(
            ->each([o](const std::string&) { o->has_system = true; });
        app.add_flag("--json", o->json,
                     "print one JSON object (prompt, token ids, text, speeds) instead of streaming");
+       add_runtime_flags(app, &o->runtime);
        return [o] { return run_generate(*o); };
      }});
 

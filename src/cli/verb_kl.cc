@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "cli/runtime_flags.h"
 #include "cli/verb.h"
 #include "eval/base_logits_file.h"
 #include "eval/eval_model.h"
@@ -18,6 +19,7 @@ struct KlOptions {
   std::string text, protocol = "mlx", bos = "auto", db, save_base, base_logits;
   int64_t seq_len = 512, windows = 0, top_k = 0;
   bool json = false, no_db = false;
+  RuntimeOptions runtime;
 };
 
 Status check_options(const KlOptions& o) {
@@ -99,8 +101,8 @@ Status run_kl(const KlOptions& o) {
     TQ_TRY(auto wr, eval::BaseLogitsWriter::create(o.save_base, h));
     writer.emplace(std::move(wr));
   }
-  if (base) TQ_CHECK_OK(base->load_weights(true));
-  TQ_CHECK_OK(cand.load_weights(true));
+  if (base) TQ_CHECK_OK(base->load_weights(true, o.runtime));
+  TQ_CHECK_OK(cand.load_weights(true, o.runtime));
 
   std::optional<eval::LogitsModel> base_lm;
   if (base) base_lm = base->logits(w.seq_len);
@@ -178,6 +180,7 @@ const bool kRegistered = register_verb(
        app.add_option("--db", o->db,
                       "Results database (default: $XDG_DATA_HOME/turboquant/results.sqlite)");
        app.add_flag("--no-db", o->no_db, "Do not record the run in the results database");
+       add_runtime_flags(app, &o->runtime);
        return [o] { return run_kl(*o); };
      }});
 

@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "cli/runtime_flags.h"
 #include "cli/verb.h"
 #include "eval/eval_model.h"
 #include "eval/progress.h"
@@ -15,6 +16,7 @@ struct PplOptions {
   std::string model, text, protocol = "mlx", bos = "auto", db;
   int64_t seq_len = 512, windows = 0;
   bool json = false, no_db = false;
+  RuntimeOptions runtime;
 };
 
 Status run_ppl(const PplOptions& o) {
@@ -26,7 +28,7 @@ Status run_ppl(const PplOptions& o) {
   TQ_TRY(eval::EvalText text, eval::read_eval_text(o.text));
   TQ_TRY(eval::EvalModel m, eval::open_eval_model(o.model));
   TQ_TRY(eval::Windows w, eval::text_windows(m, text, spec));
-  TQ_CHECK_OK(m.load_weights(true));
+  TQ_CHECK_OK(m.load_weights(true, o.runtime));
 
   eval::ProgressLine progress("ppl", w.seq_len - 1);
   TQ_TRY(std::vector<double> nll,
@@ -36,15 +38,22 @@ Status run_ppl(const PplOptions& o) {
   const eval::Perplexity p = eval::perplexity(nll);
   const std::string protocol = eval::protocol_string(w, text.sha256);
   const double tok_s = double(w.count * (w.seq_len - 1)) / seconds;
-  nlohmann::json j = {{"ppl", p.ppl},         {"ppl_se", p.se},     {"tokens_scored", nll.size()},
-                      {"protocol", protocol}, {"model", m.path},    {"windows", w.count},
-                      {"seq_len", w.seq_len}, {"seconds", seconds}, {"tok_s", tok_s}};
+  nlohmann::json j = {{"ppl", p.ppl},
+                      {"ppl_se", p.se},
+                      {"tokens_scored", nll.size()},
+                      {"protocol", protocol},
+                      {"model", m.path},
+                      {"windows", w.count},
+                      {"seq_len", w.seq_len},
+                      {"seconds", seconds},
+                      {"tok_s", tok_s},
+                      {"runtime", m.net->runtime_name()}};
   if (o.json) {
     fmt::print("{}\n", j.dump());
   } else {
     fmt::print("Perplexity: {:.3f} ± {:.3f}\n{}\n", p.ppl, p.se, protocol);
-    fmt::print("{} tokens through {} in {:.1f} s ({:.0f} tok/s)\n", w.count * (w.seq_len - 1),
-               m.path, seconds, tok_s);
+    fmt::print("{} tokens through {} in {:.1f} s ({:.0f} tok/s, {})\n", w.count * (w.seq_len - 1),
+               m.path, seconds, tok_s, m.net->runtime_name());
   }
   std::fflush(stdout);
   if (o.no_db) return ok_status();
@@ -76,6 +85,7 @@ const bool kRegistered = register_verb(
        app.add_option("--db", o->db,
                       "Results database (default: $XDG_DATA_HOME/turboquant/results.sqlite)");
        app.add_flag("--no-db", o->no_db, "Do not record the run in the results database");
+       add_runtime_flags(app, &o->runtime);
        return [o] { return run_ppl(*o); };
      }});
 

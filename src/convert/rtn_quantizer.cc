@@ -21,6 +21,13 @@ Result<QuantizedModule> rtn_quantize_matrix(const std::string& tensor_name, cons
   const int64_t block = std::max<int64_t>(1, (int64_t{1} << 20) / std::max<int64_t>(cols, 1));
   std::vector<float> rounded;
   std::vector<uint8_t> wq, sq, bq;
+  if (cols % spec.group_size == 0) {  // else quantize_mlx reports the error
+    const size_t groups = static_cast<size_t>(rows) * static_cast<size_t>(cols / spec.group_size);
+    const size_t sbytes = quant_mode_has_biases(spec.mode) ? dtype_size(dtype) : 1;
+    m.weight.reserve(static_cast<size_t>(rows) * static_cast<size_t>(cols) * spec.bits / 8);
+    m.scales.reserve(groups * sbytes);
+    if (quant_mode_has_biases(spec.mode)) m.biases.reserve(groups * sbytes);
+  }
   for (int64_t r0 = 0; r0 < rows; r0 += block) {
     const int64_t n = std::min(block, rows - r0);
     std::span<const float> src(w.data.data() + r0 * cols, static_cast<size_t>(n * cols));

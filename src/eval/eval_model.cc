@@ -32,16 +32,17 @@ Result<EvalModel> open_eval_model(const std::string& path, bool with_tokenizer) 
   return m;
 }
 
-Status EvalModel::load_weights(bool show_progress) {
+Status EvalModel::load_weights(bool show_progress, const RuntimeOptions& runtime) {
   const bool tty = show_progress && ::isatty(STDERR_FILENO) == 1;
   auto progress = [&](int64_t done, int64_t total) {
     std::fprintf(stderr, "\rloading %s: %lld/%lld tensors\x1b[K%s", path.c_str(),
                  static_cast<long long>(done), static_cast<long long>(total),
                  done == total ? "\n" : "");
   };
-  TQ_TRY(net, Transformer::load(src, tty ? std::function<void(int64_t, int64_t)>(progress)
-                                         : std::function<void(int64_t, int64_t)>()));
-  // The network holds its own f32 copy: unmap the checkpoint so its pages leave the RSS.
+  TQ_TRY(net, Transformer::load(src, runtime,
+                                tty ? std::function<void(int64_t, int64_t)>(progress)
+                                    : std::function<void(int64_t, int64_t)>()));
+  // The network holds its own f32 copy or mapping: drop this one so its pages leave the RSS.
   src.tensors.reset();
   return ok_status();
 }

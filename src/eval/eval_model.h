@@ -31,8 +31,9 @@ struct EvalModel {
   std::string fingerprint;
   std::unique_ptr<Transformer> net;  // set by load_weights()
 
-  // Loads the f32 network, then releases the tensor source (src.tensors becomes null).
-  Status load_weights(bool show_progress);
+  // Loads the network on the runtime `runtime` selects, then releases the tensor source
+  // (src.tensors becomes null).
+  Status load_weights(bool show_progress, const RuntimeOptions& runtime = {});
   // The loaded network as the drivers see it, for windows of up to `max_len` tokens.
   LogitsModel logits(int64_t max_len) const;
 };

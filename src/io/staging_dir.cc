@@ -70,7 +70,7 @@ std::vector<std::string> StagingDir::stale_staging_dirs(const std::string& dest)
   return out;
 }
 
-Result<StagingDir> StagingDir::create(const std::string& dest, bool replace) {
+Status StagingDir::check_dest(const std::string& dest, bool replace) {
   std::string d = strip_slashes(dest);
   std::error_code ec;
   auto st = fs::symlink_status(d, ec);
@@ -80,8 +80,14 @@ Result<StagingDir> StagingDir::create(const std::string& dest, bool replace) {
     if (fs::is_directory(st) && !fs::is_empty(d, ec) && !replace)
       return err("{}: exists and is not empty (use --force to replace it)", d);
   }
-  std::string parent = parent_of(d);
-  if (!fs::is_directory(parent, ec)) return err("{}: parent directory does not exist", d);
+  if (!fs::is_directory(parent_of(d), ec)) return err("{}: parent directory does not exist", d);
+  return ok_status();
+}
+
+Result<StagingDir> StagingDir::create(const std::string& dest, bool replace) {
+  std::string d = strip_slashes(dest);
+  std::error_code ec;
+  TQ_CHECK_OK(check_dest(d, replace));
   // A SIGKILLed conversion cannot clean up after itself; the next one does.
   for (const std::string& stale : stale_staging_dirs(d)) fs::remove_all(stale, ec);
   std::string tmpl = d + ".tmp-XXXXXX";

@@ -17,6 +17,9 @@ class StagingDir {
   // beside it. The live staging directory is flock()ed for the object's lifetime; one whose lock
   // nobody holds is stale.
   static Result<StagingDir> create(const std::string& dest, bool replace);
+  // The checks create() makes on `dest` alone (nothing is created): callers that want to fail
+  // before long work starts.
+  static Status check_dest(const std::string& dest, bool replace);
   StagingDir(StagingDir&& o) noexcept;
   StagingDir& operator=(StagingDir&&) = delete;
   ~StagingDir();  // removes the staging directory unless published

@@ -6,9 +6,11 @@
 #include <cmath>
 #include <limits>
 
+#include "base/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "model/fast_forward.h"
 #include "model/rope.h"
 #include "model/tensor_table.h"
 
@@ -61,6 +63,7 @@ struct Transformer::Impl {
   std::vector<float> norm_final;  // [d]
   std::vector<float> lm_head;     // [vocab, d]; empty when tied to the embedding
   std::vector<Layer> layers;
+  std::unique_ptr<FastModel> fast;  // set when the fast runtime runs this model
 
   const std::vector<float>& head() const { return lm_head.empty() ? embed : lm_head; }
 
@@ -151,6 +154,41 @@ Result<std::unique_ptr<Transformer>> Transformer::load(
   return t;
 }
 
+Result<std::unique_ptr<Transformer>> Transformer::load(
+    const ModelSource& src, const RuntimeOptions& opts,
+    std::function<void(int64_t, int64_t)> progress) {
+  if (opts.reference) return load(src, std::move(progress));
+  if (!src.tensors) return err("{}: model has no tensor source", src.path);
+  if (Status st = check_geometry(src.config); !st.ok())
+    return err("{}: {}", src.path, st.error().message);
+  auto inv = rope_inv_freq(src.config);
+  if (!inv.ok()) return err("{}: {}", src.path, inv.error().message);
+  std::unique_ptr<Transformer> t(new Transformer());
+  t->impl_->cfg = src.config;
+  TQ_TRY(t->impl_->fast, FastModel::load(src, opts, std::move(inv).value(), std::move(progress)));
+  return t;
+}
+
+std::string Transformer::runtime_name() const {
+  if (impl_->fast) return impl_->fast->name();
+  return "reference (" + blas_backend() + ")";
+}
+
+int Transformer::threads() const {
+  return impl_->fast ? impl_->fast->threads() : ThreadPool::hardware_threads();
+}
+
+uint64_t Transformer::bytes_per_token() const {
+  if (impl_->fast) return impl_->fast->bytes_per_token();
+  const Impl& m = *impl_;
+  uint64_t b = (m.head().size() + static_cast<uint64_t>(m.cfg.hidden_size)) * sizeof(float);
+  for (const Layer& L : m.layers)
+    b += (L.q.size() + L.k.size() + L.v.size() + L.o.size() + L.gate.size() + L.up.size() +
+          L.down.size()) *
+         sizeof(float);
+  return b;
+}
+
 KvCache Transformer::new_cache(int64_t capacity) const {
   const ModelConfig& c = impl_->cfg;
   KvCache kv;
@@ -187,6 +225,7 @@ Status Transformer::forward(std::span<const int32_t> tokens, KvCache& cache,
     if (tokens[i] < 0 || tokens[i] >= vocab)
       return err("forward: token id {} at index {} outside the vocabulary [0, {})", tokens[i], i,
                  vocab);
+  if (m.fast) return m.fast->forward(tokens, cache, logits, all_logits);
 
   std::vector<float> x(static_cast<size_t>(n * d));  // [n, d] residual stream
   std::vector<float> h(static_cast<size_t>(n * d));  // [n, d] normed input / branch output

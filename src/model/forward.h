@@ -1,11 +1,14 @@
-// The reference forward pass (llama / qwen2 / qwen3) in f32, driven by ModelConfig.
-// Weights are dequantized to f32 once at load; fast quantized kernels come later.
+// The forward pass (llama / qwen2 / qwen3), driven by ModelConfig, on one of two runtimes:
+// the reference (every weight dequantized to f32 at load, products through OpenBLAS) and the
+// fast one (model/fast_forward.h: weights used packed and memory-mapped, SIMD kernels, a
+// thread pool).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "base/result.h"
@@ -23,6 +26,14 @@ struct KvCache {
   void clear() { n = 0; }
 };
 
+struct RuntimeOptions {
+  bool reference = false;         // the f32 reference runtime instead of the fast one
+  int threads = 0;                // fast runtime: threads in all (<= 0: one per core)
+  bool int8_activations = false;  // fast runtime: int8 activations where a kernel has them
+};
+
+class FastModel;
+
 class Transformer {
  public:
   ~Transformer();
@@ -31,6 +42,18 @@ class Transformer {
   // called per tensor.
   static Result<std::unique_ptr<Transformer>> load(
       const ModelSource& src, std::function<void(int64_t, int64_t)> progress = nullptr);
+  // Either runtime, as `opts` says. The fast one maps the checkpoint's files itself, so `src`
+  // may be released after this returns.
+  static Result<std::unique_ptr<Transformer>> load(
+      const ModelSource& src, const RuntimeOptions& opts,
+      std::function<void(int64_t, int64_t)> progress = nullptr);
+
+  // "reference (OpenBLAS SkylakeX x2)" or "fast (AVX3_DL, 2 threads, int8 act.)".
+  std::string runtime_name() const;
+  // Weight bytes one decode step reads (every matrix once, one embedding row): the roofline.
+  uint64_t bytes_per_token() const;
+  // Threads a forward pass uses (fast: the pool; reference: one per core, as OpenBLAS).
+  int threads() const;
 
   const ModelConfig& config() const;
   KvCache new_cache(int64_t capacity) const;

@@ -56,7 +56,7 @@ def test_bad_flags(tq_bin, src, tmp_path, args, needles):
 def test_recipe_rule_matching_nothing(tq_bin, src, tmp_path):
     recipe = tmp_path / "r.json"
     recipe.write_text(json.dumps({"rules": [
-        {"match": "lm_head", "bits": 8},
+        {"match": "model.embed_tokens", "bits": 8},
         {"match": "model.layers.*.self_attn.qkv_proj", "bits": 6}]}))
     r, _ = run_tq(tq_bin, "convert", src, "-o", tmp_path / "out", "--recipe", recipe)
     assert_one_line_error(r, f"{recipe} rule 2", "matches no quantizable module",

@@ -357,6 +357,41 @@ TEST_P(TinyForward, BadCallsAreErrors) {
   EXPECT_EQ(c.n, 0);  // failed calls leave the cache alone
 }
 
+// The fast runtime (packed kernels, thread pool, decode attention) against the reference, on
+// prefill (strip kernels + BLAS attention) and on single-token decode steps.
+TEST_P(TinyForward, FastRuntimeEqualsReference) {
+  testing::TempDir dir;
+  auto src = open_model(write_tiny_model(dir, tiny_json(GetParam())));
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  auto ref = Transformer::load(*src, RuntimeOptions{.reference = true});
+  ASSERT_TRUE(ref.ok()) << ref.error().message;
+  for (int threads : {1, 3}) {
+    auto fast = Transformer::load(*src, RuntimeOptions{.threads = threads});
+    ASSERT_TRUE(fast.ok()) << fast.error().message;
+    EXPECT_TRUE(testing::contains((*fast)->runtime_name(), "fast")) << (*fast)->runtime_name();
+    EXPECT_EQ((*fast)->threads(), threads);
+    EXPECT_EQ((*fast)->bytes_per_token(), (*ref)->bytes_per_token());
+    const int64_t V = (*ref)->config().vocab_size, n = 20;  // prefill through the BLAS strips
+    std::vector<int32_t> toks(n);
+    for (int64_t i = 0; i < n; ++i) toks[i] = static_cast<int32_t>((i * 53 + 7) % V);
+    KvCache cr = (*ref)->new_cache(n + 3), cf = (*fast)->new_cache(n + 3);
+    std::vector<float> lr(n * V), lf(n * V);
+    ASSERT_TRUE((*ref)->forward(toks, cr, lr).ok());
+    ASSERT_TRUE((*fast)->forward(toks, cf, lf).ok());
+    EXPECT_LT(max_abs_diff(lr, lf) / max_abs(lr), 1e-5);
+    for (int step = 0; step < 3; ++step) {
+      const int32_t t = static_cast<int32_t>((step * 101 + 5) % V);
+      ASSERT_TRUE((*ref)->forward(std::span(&t, 1), cr, std::span(lr).first(V)).ok());
+      ASSERT_TRUE((*fast)->forward(std::span(&t, 1), cf, std::span(lf).first(V)).ok());
+      EXPECT_LT(max_abs_diff(std::span(lr).first(V), std::span(lf).first(V)) /
+                    max_abs(std::span(lr).first(V)),
+                1e-5)
+          << "decode step " << step;
+    }
+    EXPECT_EQ(cf.n, n + 3);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, TinyForward, ::testing::Values("llama", "qwen2", "qwen3"));
 
 TEST(TransformerLoad, UnsupportedRopeScalingIsAnError) {

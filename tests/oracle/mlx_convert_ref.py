@@ -44,8 +44,8 @@ def run_batch(cases, work: pathlib.Path, timeout=900):
 
 def main(job_path, out_dir):
     import mlx.core as mx
-    from mlx.utils import tree_reduce
-    from mlx_lm import generate
+    from mlx.utils import tree_flatten, tree_reduce
+    from mlx_lm import stream_generate
     from mlx_lm.utils import compute_bits_per_weight, get_total_parameters, load
 
     out = pathlib.Path(out_dir)
@@ -54,10 +54,18 @@ def main(job_path, out_dir):
         model, tokenizer = load(case["dir"])
         nbytes = tree_reduce(lambda acc, x: acc + x.nbytes if isinstance(x, mx.array) else acc,
                              model, 0)
+        param_bytes = sum(v.nbytes for _, v in tree_flatten(model.parameters()))
+        # compute_bits_per_weight's bytes also count non-parameter arrays held by modules
+        # (Llama3RoPE's _freqs): "buffer_bytes", which are in no file.
         res = {"bpw": compute_bits_per_weight(model), "bytes": int(nbytes),
+               "buffer_bytes": int(nbytes - param_bytes),
                "params": int(get_total_parameters(model))}
-        res["text"] = generate(model, tokenizer, prompt=case["prompt_text"], max_tokens=8,
-                               verbose=False)
+        # Text through mlx-lm's own generation loop (ids in: qwen2's tokenizer class ignores the
+        # word-level tokenizer.json of the tiny models).
+        prompt = tokenizer.encode(case["prompt_text"]) or case["prompt"]
+        pieces = [r for r in stream_generate(model, tokenizer, prompt, max_tokens=8)]
+        res["text"] = "".join(r.text for r in pieces)
+        res["text_tokens"] = [int(r.token) for r in pieces]
         del model
         logits, gen = reference(case["dir"], case["windows"], case["prompt"], case["max_tokens"])
         np.save(out / f"logits_{i}.npy", np.concatenate(logits))

@@ -152,10 +152,10 @@ def write_tiny(d: pathlib.Path, cfg: dict, seed: int):
     write_tokenizer(d, cfg["vocab_size"])
 
 
-def run_ours(model_path, windows, prompt, out_dir: pathlib.Path):
+def run_ours(model_path, windows, prompt, out_dir: pathlib.Path, max_tokens=GEN_TOKENS):
     out_dir.mkdir(parents=True, exist_ok=True)
     job = out_dir / "job.json"
-    job.write_text(json.dumps({"windows": windows, "prompt": prompt, "max_tokens": GEN_TOKENS}))
+    job.write_text(json.dumps({"windows": windows, "prompt": prompt, "max_tokens": max_tokens}))
     env = dict(
         os.environ,
         TQ_FORWARD_MODEL=str(model_path),

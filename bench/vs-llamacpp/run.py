@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""tq against llama.cpp (node-llama-cpp, CPU) on the same models, same prompt lengths, same
+threads, alternated in one run. Prints prefill and decode tok/s of both and the ratios tq/llama.
+
+Pairs (built into $TQ_CACHE/bench/vs-llamacpp when missing, see make_artifacts.py):
+  SmolLM2-135M: our MLX 4-bit g64 vs its GGUF Q4_1; our MLX 8-bit g64 vs GGUF Q8_0.
+Usage: run.py [--threads 2] [--prompt-lengths 128,512,2048] [--gen 128] [--repeat 1] [--int8]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+TQ = os.environ.get("TQ_BIN", str(REPO / "build" / "tq"))
+CACHE = Path(os.environ.get("TQ_CACHE", Path.home() / ".cache" / "turboquant"))
+WORK = CACHE / "bench" / "vs-llamacpp"
+
+
+def tq_bench(model, a):
+    cmd = [TQ, "bench", str(model), "--prompt-lengths", a.prompt_lengths, "--gen", str(a.gen),
+           "--repeat", str(a.repeat), "--threads", str(a.threads), "--json", "--no-db"]
+    if a.int8:
+        cmd.append("--int8")
+    r = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    j = json.loads(r.stdout)
+    return {p["prompt_len"]: (p["prefill_tok_s"]["median"], p["decode_tok_s"]["median"])
+            for p in j["points"]}, j
+
+
+def llama_bench(gguf, vocab, a):
+    cmd = ["node", str(HERE / "llama_bench.mjs"), str(gguf), str(a.threads), a.prompt_lengths,
+           str(a.gen), str(a.repeat), str(vocab)]
+    r = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    return {p["prompt_len"]: (p["prefill_tok_s"], p["decode_tok_s"]) for p in j["points"]}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompt-lengths", default="128,512,2048")
+    ap.add_argument("--gen", type=int, default=128)
+    ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--int8", action="store_true", help="tq with int8 activations")
+    ap.add_argument("--pairs", default="smol-q4,smol-q8,1b-q4,1b-q8")
+    a = ap.parse_args()
+    pairs = {
+        "smol-q4": (WORK / "smollm2-q4g64", CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"),
+        "smol-q8": (WORK / "smollm2-q8g64", WORK / "smollm2-Q8_0.gguf"),
+        "1b-q4": (WORK / "llama1b-q4g64", WORK / "llama1b-Q4_0.gguf"),
+        "1b-q8": (WORK / "llama1b-q8g64", WORK / "llama1b-Q8_0.gguf"),
+    }
+    print(f"threads {a.threads}, prompt lengths {a.prompt_lengths}, gen {a.gen}, "
+          f"repeat {a.repeat}{', tq --int8' if a.int8 else ''}")
+    print(f"{'pair':10} {'len':>5} {'tq pre':>9} {'llama pre':>9} {'ratio':>6} "
+          f"{'tq dec':>8} {'llama dec':>9} {'ratio':>6}")
+    for name in a.pairs.split(","):
+        ours, gguf = pairs[name]
+        if not ours.exists() or not gguf.exists():
+            print(f"{name}: missing {ours if not ours.exists() else gguf}; run make_artifacts.py")
+            continue
+        vocab = json.loads((ours / "config.json").read_text())["vocab_size"]
+        # Alternate: llama, tq, llama, tq ... so drift in machine load hits both.
+        l1 = llama_bench(gguf, vocab, a)
+        t1, tj = tq_bench(ours, a)
+        for n in sorted(t1):
+            tp, td = t1[n]
+            lp, ld = l1[n]
+            print(f"{name:10} {n:5d} {tp:9.1f} {lp:9.1f} {tp / lp:6.2f} {td:8.1f} {ld:9.1f} "
+                  f"{td / ld:6.2f}")
+        print(f"{'':10} tq roofline {tj['roofline_decode_tok_s']:.1f} tok/s "
+              f"({tj['bytes_per_token'] / 1e6:.1f} MB/token at "
+              f"{tj['bandwidth_bytes_s'] / 1e9:.1f} GB/s); {tj['runtime']}")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+#include "cli/convert_gptq.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "base/sha256.h"
+#include "model/model_tokenizer.h"
+#include "quant/calib.h"
+
+namespace tq::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// "2GiB", "500MB", "0", "123456" -> bytes.
+Result<int64_t> parse_bytes(const std::string& flag, const std::string& s) {
+  size_t pos = 0;
+  double v = -1;
+  try {
+    v = std::stod(s, &pos);
+  } catch (...) {
+  }
+  const std::string unit = s.substr(std::min(pos, s.size()));
+  const std::pair<const char*, double> units[] = {
+      {"", 1},       {"B", 1},         {"KB", 1e3},        {"MB", 1e6},
+      {"GB", 1e9},   {"KiB", 1024.0},  {"MiB", 1048576.0}, {"GiB", 1073741824.0},
+      {"K", 1024.0}, {"M", 1048576.0}, {"G", 1073741824.0}};
+  for (const auto& [name, mult] : units)
+    if (unit == name && v >= 0 && v * mult < 9e18) return static_cast<int64_t>(v * mult);
+  return err("{} '{}': expected a size such as 2GiB, 500MB or 0", flag, s);
+}
+
+void print_progress(const GptqProgress& p) {
+  const GptqResult& r = *p.result;
+  std::string eta = p.eta_s >= 0 ? fmt::format("ETA {:.0f} s", p.eta_s) : "ETA ?";
+  std::fprintf(stderr,
+               "tq convert: gptq layer %lld/%lld · %s · loss %.4g (rtn %.4g) · damp %g%s · %.2f s "
+               "· %s\n",
+               static_cast<long long>(p.layer + 1), static_cast<long long>(p.layers),
+               p.module.c_str(), r.proxy_loss, r.rtn_loss, r.damp,
+               r.fallback ? " · RTN FALLBACK" : "", r.seconds, eta.c_str());
+}
+
+}  // namespace
+
+void add_gptq_flags(CLI::App& app, GptqArgs* a) {
+  app.add_flag("--gptq", a->enabled, "quantize decoder layers with GPTQ on calibration text");
+  app.add_option("--calib", a->calib,
+                 "calibration text: a text file, or .jsonl with a \"text\" field (repeatable; "
+                 "default: the SOTU corpus in $TQ_CACHE)");
+  app.add_option("--calib-tokens", a->calib_tokens, "calibration tokens (default 65536)");
+  app.add_option("--calib-seq-len", a->calib_seq_len, "tokens per calibration row (default 512)");
+  app.add_option("--calib-seed", a->calib_seed, "row shuffle seed (default 123)");
+  app.add_option("--calib-save", a->calib_save,
+                 "write the calibration rows as little-endian int32 [rows, seq-len]");
+  app.add_option("--eval-text", a->eval_text,
+                 "warn when calibration rows share 64-token windows with this text");
+  app.add_option("--gptq-block", a->block, "lazy-update block width (default 128)");
+  app.add_option("--damp", a->damp,
+                 "initial damping, fraction of mean(diag H) (default 0.01; escalates x10 to 10)");
+  app.add_flag("--act-order", a->act_order, "columns by decreasing H_ii (static groups)");
+  app.add_option("--max-calib-memory", a->max_calib_memory,
+                 "activations held in RAM; beyond it they spill to scratch files (default 2GiB)");
+  app.add_option("--gptq-checkpoint", a->checkpoint,
+                 "per-layer checkpoint directory (default DST.gptq-checkpoint)");
+  app.add_flag("--resume", a->resume,
+               "continue a killed --gptq run from its checkpoint (same source and options)");
+}
+
+nlohmann::json gptq_options_record(const GptqArgs& a) {
+  return {{"calib", a.calib},
+          {"calib_tokens", a.calib_tokens},
+          {"calib_seq_len", a.calib_seq_len},
+          {"calib_seed", a.calib_seed},
+          {"gptq_block", a.block},
+          {"damp", a.damp},
+          {"act_order", a.act_order}};
+}
+
+Result<GptqSetup> make_gptq(const GptqArgs& a, const ConvertJob& job, const ConvertOptions& o) {
+  TQ_TRY(Tokenizer tok, load_model_tokenizer(job.source));
+  CalibOptions co;
+  co.files = a.calib;
+  co.tokens = a.calib_tokens;
+  co.seq_len = a.calib_seq_len;
+  co.seed = a.calib_seed;
+  TQ_TRY(CalibSet calib, build_calib_set(tok, co));
+  std::fprintf(stderr,
+               "tq convert: gptq calibration %lld rows x %lld tokens from %zu file(s), "
+               "sha256 %s\n",
+               static_cast<long long>(calib.rows()), static_cast<long long>(calib.seq_len),
+               calib.files.size(), calib.sha256.c_str());
+  if (calib.rows() * calib.seq_len < a.calib_tokens)
+    std::fprintf(stderr, "tq convert: warning: the calibration text has only %lld rows\n",
+                 static_cast<long long>(calib.corpus_rows));
+  if (!a.calib_save.empty()) {
+    std::ofstream f(a.calib_save, std::ios::binary | std::ios::trunc);
+    f.write(reinterpret_cast<const char*>(calib.tokens.data()),
+            static_cast<std::streamsize>(calib.tokens.size() * 4));
+    if (!f.flush()) return err("{}: cannot write the calibration rows", a.calib_save);
+  }
+  if (!a.eval_text.empty()) {
+    std::ifstream f(a.eval_text, std::ios::binary);
+    if (!f) return err("{}: cannot open --eval-text", a.eval_text);
+    std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const CalibOverlap ov = calib_overlap(calib, tok.encode(text, false));
+    if (ov.shared_windows > 0)
+      std::fprintf(stderr,
+                   "tq convert: warning: %lld of %lld 64-token windows of %s also occur in the "
+                   "calibration rows\n",
+                   static_cast<long long>(ov.shared_windows),
+                   static_cast<long long>(ov.eval_windows), a.eval_text.c_str());
+  }
+  GptqDriverOptions d;
+  d.gptq.block = a.block;
+  d.gptq.damp = a.damp;
+  d.gptq.act_order = a.act_order;
+  TQ_TRY(d.max_calib_memory, parse_bytes("--max-calib-memory", a.max_calib_memory));
+  // The fingerprint: source config, plan, dtype, GPTQ options and the calibration rows.
+  Sha256 fp;
+  fp.update(job.source.path);
+  fp.update(job.config.dump());
+  fp.update(job.plan.modules_json().dump());
+  fp.update(dtype_name(job.plan.dtype));
+  fp.update(gptq_options_record(a).dump());
+  fp.update(calib.sha256);
+  d.fingerprint = fp.hex_digest();
+  GptqSetup s;
+  s.checkpoint_dir = a.checkpoint.empty() ? o.dest + ".gptq-checkpoint" : a.checkpoint;
+  std::error_code ec;
+  if (!a.resume && fs::exists(s.checkpoint_dir, ec)) {
+    if (!fs::exists(fs::path(s.checkpoint_dir) / "state.json", ec))
+      return err("{}: exists and is not a GPTQ checkpoint; remove it or pass --gptq-checkpoint",
+                 s.checkpoint_dir);
+    fs::remove_all(s.checkpoint_dir, ec);  // a stale checkpoint of an earlier run
+  }
+  d.checkpoint_dir = s.checkpoint_dir;
+  d.scratch_dir = "";
+  d.progress = print_progress;
+  const ModelSource* src = &job.source;
+  auto load_embedding = [src]() { return src->tensors->load_f32("model.embed_tokens.weight"); };
+  TQ_TRY(s.quantizer, GptqQuantizer::create(job.plan.config, calib, std::move(d), load_embedding,
+                                            o.record_timings));
+  return s;
+}
+
+}  // namespace tq::cli

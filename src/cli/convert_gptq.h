@@ -1,0 +1,37 @@
+// `tq convert --gptq`: the GPTQ flags, the calibration set and the GPTQ quantizer for a
+// prepared conversion (kept apart from verb_convert.cc so the two merge easily).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "convert/convert.h"
+#include "quant/gptq_quantizer.h"
+
+namespace tq::cli {
+
+struct GptqArgs {
+  bool enabled = false;
+  std::vector<std::string> calib;
+  int64_t calib_tokens = 128 * 512, calib_seq_len = 512;
+  uint64_t calib_seed = 123;
+  std::string eval_text, max_calib_memory = "2GiB", checkpoint, calib_save;
+  int block = 128;
+  double damp = 0.01;
+  bool act_order = false, resume = false;
+};
+
+void add_gptq_flags(CLI::App& app, GptqArgs* a);
+nlohmann::json gptq_options_record(const GptqArgs& a);
+
+// Everything a GPTQ conversion needs besides the job: the quantizer (owning the driver) and
+// the checkpoint directory to remove after a successful run.
+struct GptqSetup {
+  std::unique_ptr<GptqQuantizer> quantizer;
+  std::string checkpoint_dir;
+};
+Result<GptqSetup> make_gptq(const GptqArgs& a, const ConvertJob& job, const ConvertOptions& o);
+
+}  // namespace tq::cli

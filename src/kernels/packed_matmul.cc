@@ -1,0 +1,400 @@
+// SIMD kernels of packed_matmul with f32 activations, compiled once per ISA by Highway's
+// foreach_target and picked at run time. Scalar references: kernels/packed_ref.cc.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "formats/mlx_quant.h"
+#include "kernels/packed_matmul.h"
+
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL  // also compile the AVX-512 VNNI/VBMI (Ice Lake and later) target
+#endif
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/packed_matmul.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace tq {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+inline float ScaleAt(DType t, const uint8_t* base, int64_t i) {
+  uint16_t h;
+  float f;
+  if (t == DType::kF32) {
+    std::memcpy(&f, base + 4 * i, 4);
+    return f;
+  }
+  std::memcpy(&h, base + 2 * i, 2);
+  return t == DType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
+}
+
+inline float SumLanes(DF df, VF v) { return hn::GetLane(hn::SumOfLanes(df, v)); }
+
+// N weights k.. of a float-format row, widened to f32.
+template <WeightFormat F>
+HWY_INLINE VF LoadW(DF df, const uint8_t* row, int64_t k) {
+  if constexpr (F == WeightFormat::kF32) {
+    return hn::LoadU(df, reinterpret_cast<const float*>(row) + k);
+  } else if constexpr (F == WeightFormat::kBF16) {
+    const hn::Rebind<hwy::bfloat16_t, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::bfloat16_t*>(row) + k));
+  } else {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + k));
+  }
+}
+
+template <WeightFormat F>
+inline float ScalarW(const uint8_t* row, int64_t k) {
+  if constexpr (F == WeightFormat::kF32) return ScaleAt(DType::kF32, row, k);
+  if constexpr (F == WeightFormat::kBF16) return ScaleAt(DType::kBF16, row, k);
+  return ScaleAt(DType::kF16, row, k);
+}
+
+// Decode (n = 1) for float formats: four rows per pass share every load of x.
+template <WeightFormat F>
+void GemvFloat(const PackedMatrix& w, const float* x, float* y, int64_t r0, int64_t r1) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t cols = w.cols, main = cols - cols % N, rb = w.row_bytes();
+  int64_t r = r0;
+  for (; r + 4 <= r1; r += 4) {
+    const uint8_t* p0 = w.data + r * rb;
+    const uint8_t *p1 = p0 + rb, *p2 = p1 + rb, *p3 = p2 + rb;
+    VF a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t k = 0; k < main; k += N) {
+      const VF xv = hn::LoadU(df, x + k);
+      a0 = hn::MulAdd(LoadW<F>(df, p0, k), xv, a0);
+      a1 = hn::MulAdd(LoadW<F>(df, p1, k), xv, a1);
+      a2 = hn::MulAdd(LoadW<F>(df, p2, k), xv, a2);
+      a3 = hn::MulAdd(LoadW<F>(df, p3, k), xv, a3);
+    }
+    float s0 = SumLanes(df, a0), s1 = SumLanes(df, a1), s2 = SumLanes(df, a2),
+          s3 = SumLanes(df, a3);
+    for (int64_t k = main; k < cols; ++k) {
+      s0 += ScalarW<F>(p0, k) * x[k], s1 += ScalarW<F>(p1, k) * x[k];
+      s2 += ScalarW<F>(p2, k) * x[k], s3 += ScalarW<F>(p3, k) * x[k];
+    }
+    y[r] = s0, y[r + 1] = s1, y[r + 2] = s2, y[r + 3] = s3;
+  }
+  for (; r < r1; ++r) {
+    const uint8_t* p = w.data + r * rb;
+    VF a = hn::Zero(df), b = a;
+    int64_t k = 0;
+    for (; k + 2 * N <= main; k += 2 * N) {
+      a = hn::MulAdd(LoadW<F>(df, p, k), hn::LoadU(df, x + k), a);
+      b = hn::MulAdd(LoadW<F>(df, p, k + N), hn::LoadU(df, x + k + N), b);
+    }
+    for (; k < main; k += N) a = hn::MulAdd(LoadW<F>(df, p, k), hn::LoadU(df, x + k), a);
+    float s = SumLanes(df, hn::Add(a, b));
+    for (k = main; k < cols; ++k) s += ScalarW<F>(p, k) * x[k];
+    y[r] = s;
+  }
+}
+
+// Σx per group, shared by every row: the bias term of s·Σqx + b·Σx.
+void GroupSums(const float* x, int64_t cols, int64_t group, float* out) {
+  for (int64_t g = 0; g < cols / group; ++g) {
+    float s = 0.0f;
+    for (int64_t k = 0; k < group; ++k) s += x[g * group + k];
+    out[g] = s;
+  }
+}
+
+// Decode, affine 4-bit: byte j of a chunk of 2N codes holds code 2j (low nibble) and 2j+1
+// (high nibble), so x is split per chunk into its even and odd halves once per call.
+void GemvAffine4(const PackedMatrix& w, const float* x, float* y, int64_t r0, int64_t r1) {
+  const DF df;
+  const hn::Rebind<uint8_t, DF> du8;
+  const hn::Rebind<int32_t, DF> di32;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t cols = w.cols, G = w.groups(), chunks = w.group / (2 * N);
+  thread_local std::vector<float> xs, gsum;
+  xs.resize(static_cast<size_t>(cols));
+  gsum.resize(static_cast<size_t>(G));
+  for (int64_t c = 0; c < cols; c += 2 * N)
+    for (int64_t j = 0; j < N; ++j) xs[c + j] = x[c + 2 * j], xs[c + N + j] = x[c + 2 * j + 1];
+  GroupSums(x, cols, w.group, gsum.data());
+  const auto mask = hn::Set(du8, 0xF);
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.data + r * w.row_bytes();
+    VF tot = hn::Zero(df);
+    float bsum = 0.0f;
+    for (int64_t g = 0; g < G; ++g) {
+      VF ga = hn::Zero(df), gb = ga;
+      for (int64_t c = 0; c < chunks; ++c) {
+        const int64_t k = (g * chunks + c) * 2 * N;
+        const auto b = hn::LoadU(du8, row + k / 2);
+        const VF wl = hn::ConvertTo(df, hn::PromoteTo(di32, hn::And(b, mask)));
+        const VF wh = hn::ConvertTo(df, hn::PromoteTo(di32, hn::ShiftRight<4>(b)));
+        ga = hn::MulAdd(wl, hn::LoadU(df, xs.data() + k), ga);
+        gb = hn::MulAdd(wh, hn::LoadU(df, xs.data() + k + N), gb);
+      }
+      const int64_t gi = r * G + g;
+      tot = hn::MulAdd(hn::Set(df, ScaleAt(w.scale_dtype, w.scales, gi)), hn::Add(ga, gb), tot);
+      bsum += ScaleAt(w.scale_dtype, w.biases, gi) * gsum[g];
+    }
+    y[r] = SumLanes(df, tot) + bsum;
+  }
+}
+
+// Decode, affine 8-bit: one code per byte.
+void GemvAffine8(const PackedMatrix& w, const float* x, float* y, int64_t r0, int64_t r1) {
+  const DF df;
+  const hn::Rebind<uint8_t, DF> du8;
+  const hn::Rebind<int32_t, DF> di32;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t G = w.groups(), group = w.group;
+  thread_local std::vector<float> gsum;
+  gsum.resize(static_cast<size_t>(G));
+  GroupSums(x, w.cols, group, gsum.data());
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.data + r * w.row_bytes();
+    VF tot = hn::Zero(df);
+    float bsum = 0.0f;
+    for (int64_t g = 0; g < G; ++g) {
+      VF ga = hn::Zero(df), gb = ga;
+      const int64_t k0 = g * group;
+      int64_t k = k0;
+      for (; k + 2 * N <= k0 + group; k += 2 * N) {
+        ga = hn::MulAdd(hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(du8, row + k))),
+                        hn::LoadU(df, x + k), ga);
+        gb = hn::MulAdd(hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(du8, row + k + N))),
+                        hn::LoadU(df, x + k + N), gb);
+      }
+      for (; k < k0 + group; k += N)
+        ga = hn::MulAdd(hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(du8, row + k))),
+                        hn::LoadU(df, x + k), ga);
+      const int64_t gi = r * G + g;
+      tot = hn::MulAdd(hn::Set(df, ScaleAt(w.scale_dtype, w.scales, gi)), hn::Add(ga, gb), tot);
+      bsum += ScaleAt(w.scale_dtype, w.biases, gi) * gsum[g];
+    }
+    y[r] = SumLanes(df, tot) + bsum;
+  }
+}
+
+// Codes [first, first + n) of a packed row as bytes (n a multiple of 8).
+void UnpackCodes(const uint8_t* row, int64_t first, int64_t n, int bits, uint8_t* codes) {
+  if (bits == 8) {
+    std::memcpy(codes, row + first, static_cast<size_t>(n));
+  } else if (bits == 4) {
+    const uint8_t* p = row + first / 2;
+    for (int64_t i = 0; i < n / 2; ++i) codes[2 * i] = p[i] & 0xF, codes[2 * i + 1] = p[i] >> 4;
+  } else if (bits == 2) {
+    const uint8_t* p = row + first / 4;
+    for (int64_t i = 0; i < n / 4; ++i)
+      for (int j = 0; j < 4; ++j) codes[4 * i + j] = (p[i] >> (2 * j)) & 3;
+  } else {
+    // 3, 5, 6 bits: 8 codes fill `bits` whole bytes; read them as one little-endian word.
+    const uint8_t* p = row + first * bits / 8;
+    const uint64_t m = (1u << bits) - 1;
+    for (int64_t i = 0; i < n / 8; ++i) {
+      uint64_t v = 0;
+      std::memcpy(&v, p + i * bits, static_cast<size_t>(bits));
+      for (int j = 0; j < 8; ++j) codes[8 * i + j] = static_cast<uint8_t>((v >> (bits * j)) & m);
+    }
+  }
+}
+
+constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                             -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+// Row r as f32 into out[cols]; the weights as packed_weight computes them.
+void DecodeRow(const PackedMatrix& w, int64_t r, float* out) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const uint8_t* row = w.data + r * w.row_bytes();
+  const int64_t cols = w.cols, main = cols - cols % N;
+  switch (w.format) {
+    case WeightFormat::kF32:
+      std::memcpy(out, row, static_cast<size_t>(cols) * 4);
+      return;
+    case WeightFormat::kBF16:
+      for (int64_t k = 0; k < main; k += N)
+        hn::StoreU(LoadW<WeightFormat::kBF16>(df, row, k), df, out + k);
+      for (int64_t k = main; k < cols; ++k) out[k] = ScalarW<WeightFormat::kBF16>(row, k);
+      return;
+    case WeightFormat::kF16:
+      for (int64_t k = 0; k < main; k += N)
+        hn::StoreU(LoadW<WeightFormat::kF16>(df, row, k), df, out + k);
+      for (int64_t k = main; k < cols; ++k) out[k] = ScalarW<WeightFormat::kF16>(row, k);
+      return;
+    default:
+      break;
+  }
+  const hn::Rebind<uint8_t, DF> du8;
+  const hn::Rebind<int32_t, DF> di32;
+  const int64_t G = w.groups(), g = w.group;
+  uint8_t codes[128];
+  for (int64_t j = 0; j < G; ++j) {
+    UnpackCodes(row, j * g, g, w.bits, codes);
+    float* o = out + j * g;
+    const int64_t gi = r * G + j;
+    if (w.format == WeightFormat::kAffine) {
+      const VF s = hn::Set(df, ScaleAt(w.scale_dtype, w.scales, gi));
+      const VF b = hn::Set(df, ScaleAt(w.scale_dtype, w.biases, gi));
+      for (int64_t k = 0; k < g; k += N) {
+        const VF q = hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(du8, codes + k)));
+        hn::StoreU(hn::MulAdd(s, q, b), df, o + k);
+      }
+    } else if (w.format == WeightFormat::kMxfp8) {
+      const float s = e8m0_to_f32(w.scales[gi]);
+      for (int64_t k = 0; k < g; ++k) o[k] = s * e4m3_to_f32(codes[k]);
+    } else {
+      const float s =
+          w.format == WeightFormat::kNvfp4 ? e4m3_to_f32(w.scales[gi]) : e8m0_to_f32(w.scales[gi]);
+      for (int64_t k = 0; k < g; ++k) o[k] = s * kE2M1[codes[k]];
+    }
+  }
+}
+
+float DotF32(DF df, const float* a, const float* b, int64_t n) {
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  VF s0 = hn::Zero(df), s1 = s0;
+  int64_t k = 0;
+  for (; k + 2 * N <= n; k += 2 * N) {
+    s0 = hn::MulAdd(hn::LoadU(df, a + k), hn::LoadU(df, b + k), s0);
+    s1 = hn::MulAdd(hn::LoadU(df, a + k + N), hn::LoadU(df, b + k + N), s1);
+  }
+  for (; k + N <= n; k += N) s0 = hn::MulAdd(hn::LoadU(df, a + k), hn::LoadU(df, b + k), s0);
+  float s = SumLanes(df, hn::Add(s0, s1));
+  for (; k < n; ++k) s += a[k] * b[k];
+  return s;
+}
+
+// Decode for the formats without a fused kernel: the row to f32, then a dot product.
+void GemvDecoded(const PackedMatrix& w, const float* x, float* y, int64_t r0, int64_t r1) {
+  const DF df;
+  thread_local std::vector<float> row;
+  row.resize(static_cast<size_t>(w.cols));
+  for (int64_t r = r0; r < r1; ++r) {
+    DecodeRow(w, r, row.data());
+    y[r] = DotF32(df, row.data(), x, w.cols);
+  }
+}
+
+// RB rows (of a decoded strip, stride cols) times TB tokens (stride cols): RB*TB accumulators.
+template <int RB, int TB>
+HWY_NOINLINE void Tile(const float* w, const float* x, int64_t cols, float* y, int64_t ldy) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t main = cols - cols % N;
+  VF acc[RB][TB];
+  for (int i = 0; i < RB; ++i)
+    for (int t = 0; t < TB; ++t) acc[i][t] = hn::Zero(df);
+  for (int64_t k = 0; k < main; k += N) {
+    VF wv[RB];
+#pragma GCC unroll 4
+    for (int i = 0; i < RB; ++i) wv[i] = hn::LoadU(df, w + i * cols + k);
+#pragma GCC unroll 4
+    for (int t = 0; t < TB; ++t) {
+      const VF xv = hn::LoadU(df, x + t * cols + k);
+#pragma GCC unroll 4
+      for (int i = 0; i < RB; ++i) acc[i][t] = hn::MulAdd(wv[i], xv, acc[i][t]);
+    }
+  }
+  for (int i = 0; i < RB; ++i)
+    for (int t = 0; t < TB; ++t) {
+      float s = SumLanes(df, acc[i][t]);
+      for (int64_t k = main; k < cols; ++k) s += w[i * cols + k] * x[t * cols + k];
+      y[t * ldy + i] = s;
+    }
+}
+
+template <int RB>
+void TileRows(const float* w, const float* x, int64_t cols, int64_t tb, float* y, int64_t ldy) {
+  if (tb == 3) return Tile<RB, 3>(w, x, cols, y, ldy);
+  if (tb == 2) return Tile<RB, 2>(w, x, cols, y, ldy);
+  return Tile<RB, 1>(w, x, cols, y, ldy);
+}
+
+// Prefill: strips of 4 rows decoded to f32 once per block of tokens, then 4x3 FMA tiles.
+void GemmStrips(const PackedMatrix& w, const float* x, int64_t n, float* y, int64_t ldy, int64_t r0,
+                int64_t r1) {
+  constexpr int64_t kRB = 4, kTB = 3;
+  const int64_t cols = w.cols;
+  // Tokens per block: their activations stay in L2 while the strips stream past.
+  const int64_t block = std::clamp<int64_t>((512 << 10) / std::max<int64_t>(cols * 4, 1), 6, 96);
+  thread_local std::vector<float> strip;
+  strip.resize(static_cast<size_t>(kRB * cols));
+  for (int64_t t0 = 0; t0 < n; t0 += block) {
+    const int64_t t1 = std::min(n, t0 + block);
+    for (int64_t r = r0; r < r1; r += kRB) {
+      const int64_t rb = std::min(kRB, r1 - r);
+      for (int64_t i = 0; i < rb; ++i) DecodeRow(w, r + i, strip.data() + i * cols);
+      for (int64_t t = t0; t < t1; t += kTB) {
+        const int64_t tb = std::min(kTB, t1 - t);
+        const float* xt = x + t * cols;
+        float* yt = y + t * ldy + r;
+        switch (rb) {
+          case 4:
+            TileRows<4>(strip.data(), xt, cols, tb, yt, ldy);
+            break;
+          case 3:
+            TileRows<3>(strip.data(), xt, cols, tb, yt, ldy);
+            break;
+          case 2:
+            TileRows<2>(strip.data(), xt, cols, tb, yt, ldy);
+            break;
+          default:
+            TileRows<1>(strip.data(), xt, cols, tb, yt, ldy);
+        }
+      }
+    }
+  }
+}
+
+void PackedMatmulImpl(const PackedMatrix& w, const float* x, int64_t n, float* y, int64_t ldy,
+                      int64_t r0, int64_t r1) {
+  if (r0 >= r1 || n <= 0) return;
+  if (n > 1) return GemmStrips(w, x, n, y, ldy, r0, r1);
+  switch (w.format) {
+    case WeightFormat::kF32:
+      return GemvFloat<WeightFormat::kF32>(w, x, y, r0, r1);
+    case WeightFormat::kBF16:
+      return GemvFloat<WeightFormat::kBF16>(w, x, y, r0, r1);
+    case WeightFormat::kF16:
+      return GemvFloat<WeightFormat::kF16>(w, x, y, r0, r1);
+    case WeightFormat::kAffine:
+      if (w.bits == 4) return GemvAffine4(w, x, y, r0, r1);
+      if (w.bits == 8) return GemvAffine8(w, x, y, r0, r1);
+      return GemvDecoded(w, x, y, r0, r1);
+    default:
+      return GemvDecoded(w, x, y, r0, r1);
+  }
+}
+
+void DecodeRowImpl(const PackedMatrix& w, int64_t r, float* out) { DecodeRow(w, r, out); }
+
+const char* IsaName() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace tq
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace tq {
+
+HWY_EXPORT(PackedMatmulImpl);
+HWY_EXPORT(DecodeRowImpl);
+HWY_EXPORT(IsaName);
+
+void packed_matmul(const PackedMatrix& w, const float* x, int64_t n, float* y, int64_t ldy,
+                   int64_t r0, int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(PackedMatmulImpl)(w, x, n, y, ldy, r0, r1);
+}
+
+void packed_decode_row(const PackedMatrix& w, int64_t r, float* out) {
+  HWY_DYNAMIC_DISPATCH(DecodeRowImpl)(w, r, out);
+}
+
+const char* packed_kernel_isa() { return HWY_DYNAMIC_DISPATCH(IsaName)(); }
+
+}  // namespace tq
+#endif  // HWY_ONCE

@@ -1,0 +1,285 @@
+// Integer dot-product kernels of packed_matmul_q8 (affine weights × int8 activations), one
+// per ISA through Highway's foreach_target: AVX-512 VNNI vpdpbusd on AVX3_DL (4- and 8-bit),
+// AVX2 vpmaddubsw on AVX2/AVX3 (4-bit only: 8-bit codes would saturate its i16 sums).
+// Scalar reference: packed_matmul_q8_ref (kernels/packed_ref.cc).
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/packed_matmul.h"
+
+#ifndef HWY_WANT_AVX3_DL
+#define HWY_WANT_AVX3_DL
+#endif
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/packed_matmul_q8.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+#include <hwy/highway.h>
+
+#if HWY_ARCH_X86
+#include <immintrin.h>
+#endif
+// GCC 12's AVX-512 headers build casts and reductions from _mm512_undefined_*: false alarms.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+HWY_BEFORE_NAMESPACE();
+#if HWY_TARGET == HWY_AVX3_DL
+// Highway 1.0.3's AVX3_DL names "avxvnni" but not the EVEX form its CPU check requires.
+#pragma GCC target("avx512vnni")
+#endif
+namespace tq {
+namespace HWY_NAMESPACE {
+
+inline float ScaleAtQ8(DType t, const uint8_t* base, int64_t i) {
+  uint16_t h;
+  float f;
+  if (t == DType::kF32) {
+    std::memcpy(&f, base + 4 * i, 4);
+    return f;
+  }
+  std::memcpy(&h, base + 2 * i, 2);
+  return t == DType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
+}
+
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+#define TQ_Q8_KERNELS 1
+
+constexpr bool kVnni = HWY_TARGET == HWY_AVX3_DL;
+constexpr bool k512 = HWY_TARGET != HWY_AVX2;
+
+inline float HSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Σ over 4-byte lanes of u8 codes × s8 activations (codes < 16 when !kVnni).
+inline __m256i DotU8S8(__m256i acc, __m256i u, __m256i s) {
+  if constexpr (kVnni) {
+    return _mm256_dpbusd_epi32(acc, u, s);
+  } else {
+    const __m256i p = _mm256_maddubs_epi16(u, s);
+    return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+  }
+}
+
+#if HWY_TARGET != HWY_AVX2
+inline __m512i DotU8S8(__m512i acc, __m512i u, __m512i s) {
+  if constexpr (kVnni) {
+    return _mm512_dpbusd_epi32(acc, u, s);
+  } else {
+    const __m512i p = _mm512_maddubs_epi16(u, s);
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(p, _mm512_set1_epi16(1)));
+  }
+}
+#endif
+
+// The row's scales and biases as f32 (one conversion per group, not per chunk), padded by 4.
+inline void RowScales(const PackedMatrix& w, int64_t r, float* sc, float* sb) {
+  const int64_t G = w.groups();
+  for (int64_t g = 0; g < G; ++g) {
+    sc[g] = ScaleAtQ8(w.scale_dtype, w.scales, r * G + g);
+    sb[g] = ScaleAtQ8(w.scale_dtype, w.biases, r * G + g);
+  }
+  for (int i = 0; i < 4; ++i) sc[G + i] = 0.0f;
+}
+
+inline int Log2(int64_t v) { return 63 - __builtin_clzll(static_cast<uint64_t>(v)); }
+
+// 64 4-bit codes (32 bytes at p) against their activations: low nibbles with xl, high with xh.
+// Lanes 0-3 sum the first 32-code block, lanes 4-7 the second.
+inline __m256i Dot64(const uint8_t* p, const int8_t* xl, const int8_t* xh) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i lo = _mm256_and_si256(v, m4);
+  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  const __m256i acc =
+      DotU8S8(_mm256_setzero_si256(), lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xl)));
+  return DotU8S8(acc, hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xh)));
+}
+
+// The scales of 64-code half h as 8 lanes (4 per 32-block).
+inline __m256 HalfScales(const float* sc, int64_t h, int group, int gshift) {
+  if (group == 32) return _mm256_setr_m128(_mm_set1_ps(sc[2 * h]), _mm_set1_ps(sc[2 * h + 1]));
+  return _mm256_set1_ps(sc[h >> gshift]);
+}
+
+// y of row r for one token of 4-bit codes (see ActQ8::q4 for the activation order).
+inline float RowQ4(const PackedMatrix& w, const float* sc, const float* sb, const int8_t* q4,
+                   const int8_t* q, const float* d, const float* dv, const float* gsum) {
+  const uint8_t* row = w.data;
+  const int64_t cols = w.cols, full = cols / 128, halves = cols / 64;
+  const int gshift = w.group >= 64 ? Log2(w.group / 64) : 0;
+  __m256 t0 = _mm256_setzero_ps(), t1 = t0;
+  int64_t h = 0;
+#if HWY_TARGET != HWY_AVX2
+  {
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    // Lane i of a 128-chunk covers 32-block i/4: scales per lane by a permutation of 4 floats.
+    const __m512i idx32 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    const __m512i idx64 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const int cshift = w.group >= 128 ? Log2(w.group / 128) : 0;
+    __m512 u0 = _mm512_setzero_ps(), u1 = u0;
+    for (int64_t c = 0; c < full; ++c) {
+      const __m512i v = _mm512_loadu_si512(row + 64 * c);
+      const __m512i lo = _mm512_and_si512(v, m4);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      __m512i acc = DotU8S8(_mm512_setzero_si512(), lo, _mm512_loadu_si512(q4 + 128 * c));
+      acc = DotU8S8(acc, hi, _mm512_loadu_si512(q4 + 128 * c + 64));
+      __m512 sv;
+      if (w.group == 32)
+        sv = _mm512_permutexvar_ps(idx32, _mm512_castps128_ps512(_mm_loadu_ps(sc + 4 * c)));
+      else if (w.group == 64)
+        sv = _mm512_permutexvar_ps(idx64, _mm512_castps128_ps512(_mm_loadu_ps(sc + 2 * c)));
+      else
+        sv = _mm512_set1_ps(sc[c >> cshift]);
+      const __m512 f = _mm512_mul_ps(_mm512_loadu_ps(dv + 16 * c), sv);
+      if (c & 1)
+        u1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), f, u1);
+      else
+        u0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), f, u0);
+    }
+    const __m512 u = _mm512_add_ps(u0, u1);
+    t0 = _mm256_add_ps(_mm512_castps512_ps256(u), _mm512_extractf32x8_ps(u, 1));
+    h = 2 * full;
+  }
+#endif
+  for (; h < halves; ++h) {
+    const int8_t* xl = h < 2 * full ? q4 + 128 * (h / 2) + 32 * (h % 2) : q4 + 64 * h;
+    const int8_t* xh = h < 2 * full ? xl + 64 : xl + 32;
+    const __m256i acc = Dot64(row + 32 * h, xl, xh);
+    const __m256 f = _mm256_mul_ps(_mm256_loadu_ps(dv + 8 * h), HalfScales(sc, h, w.group, gshift));
+    if (h & 1)
+      t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), f, t1);
+    else
+      t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), f, t0);
+  }
+  float y = HSum(_mm256_add_ps(t0, t1));
+  if (cols % 64 != 0) {  // one 32-block left, in scalar code
+    const int64_t k0 = cols - 32;
+    int32_t isum = 0;
+    for (int64_t k = k0; k < cols; ++k) isum += ((row[k / 2] >> (4 * (k & 1))) & 0xF) * q[k];
+    y += sc[k0 / w.group] * d[cols / 32 - 1] * static_cast<float>(isum);
+  }
+  for (int64_t g = 0; g < w.groups(); ++g) y += sb[g] * gsum[g];
+  return y;
+}
+
+#if HWY_TARGET == HWY_AVX3_DL
+// 8-bit codes (VNNI): 64 codes per step, lanes 0-7 on one 32-block and 8-15 on the next.
+inline float RowQ8(const PackedMatrix& w, const float* sc, const float* sb, const int8_t* q,
+                   const float* d, const float* dv8, const float* gsum) {
+  const uint8_t* row = w.data;
+  const int64_t cols = w.cols, steps = cols / 64;
+  const __m512i idx64 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const int gshift = w.group >= 64 ? Log2(w.group / 64) : 0;
+  __m512 u0 = _mm512_setzero_ps(), u1 = u0;
+  for (int64_t h = 0; h < steps; ++h) {
+    const __m512i acc = _mm512_dpbusd_epi32(
+        _mm512_setzero_si512(), _mm512_loadu_si512(row + 64 * h), _mm512_loadu_si512(q + 64 * h));
+    const __m512 sv = w.group == 32 ? _mm512_permutexvar_ps(
+                                          idx64, _mm512_castps128_ps512(_mm_loadu_ps(sc + 2 * h)))
+                                    : _mm512_set1_ps(sc[h >> gshift]);
+    const __m512 f = _mm512_mul_ps(_mm512_loadu_ps(dv8 + 16 * h), sv);
+    if (h & 1)
+      u1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), f, u1);
+    else
+      u0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), f, u0);
+  }
+  float y = _mm512_reduce_add_ps(_mm512_add_ps(u0, u1));
+  if (cols % 64 != 0) {
+    const int64_t k0 = cols - 32;
+    const __m256i acc = _mm256_dpbusd_epi32(
+        _mm256_setzero_si256(), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + k0)),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k0)));
+    y += sc[k0 / w.group] * d[cols / 32 - 1] * HSum(_mm256_cvtepi32_ps(acc));
+  }
+  for (int64_t g = 0; g < w.groups(); ++g) y += sb[g] * gsum[g];
+  return y;
+}
+#endif
+
+#endif  // AVX2 / AVX3 / AVX3_DL
+
+bool SupportedImpl(const PackedMatrix& w) {
+#ifdef TQ_Q8_KERNELS
+  if (w.format != WeightFormat::kAffine || w.cols % 32 != 0) return false;
+  return w.bits == 4 || (w.bits == 8 && kVnni);
+#else
+  return false;
+#endif
+}
+
+void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,
+                  int64_t r1) {
+#ifdef TQ_Q8_KERNELS
+  if (!SupportedImpl(w)) return;
+  const int64_t cols = w.cols, nb = cols / 32, G = w.groups(), per = w.group / 32;
+  thread_local std::vector<float> sc, sb, gsum;
+  sc.resize(static_cast<size_t>(8 * (G + 4)));
+  sb.resize(static_cast<size_t>(8 * G));
+  gsum.resize(static_cast<size_t>(xq.n * G));
+  for (int64_t t = 0; t < xq.n; ++t)  // Σx per group per token: the bias terms
+    for (int64_t g = 0; g < G; ++g) {
+      float s = 0.0f;
+      for (int64_t b = 0; b < per; ++b) s += xq.sum[t * nb + g * per + b];
+      gsum[t * G + g] = s;
+    }
+  // Strips of 8 rows stay in L1 while every token passes over them.
+  constexpr int64_t kStrip = 8;
+  for (int64_t rs = r0; rs < r1; rs += kStrip) {
+    const int64_t re = std::min(r1, rs + kStrip);
+    for (int64_t r = rs; r < re; ++r)
+      RowScales(w, r, sc.data() + (r - rs) * (G + 4), sb.data() + (r - rs) * G);
+    for (int64_t t = 0; t < xq.n; ++t) {
+      const int8_t* q = xq.q.data() + t * cols;
+      const float* d = xq.d.data() + t * nb;
+      const float* gs = gsum.data() + t * G;
+      for (int64_t r = rs; r < re; ++r) {
+        PackedMatrix row = w;
+        row.data = w.data + r * w.row_bytes();
+        const float* rsc = sc.data() + (r - rs) * (G + 4);
+        const float* rsb = sb.data() + (r - rs) * G;
+        float v;
+        if (w.bits == 4) {
+          v = RowQ4(row, rsc, rsb, xq.q4.data() + t * cols, q, d,
+                    xq.dv.data() + t * (cols / 64) * 8, gs);
+        } else {
+#if HWY_TARGET == HWY_AVX3_DL
+          v = RowQ8(row, rsc, rsb, q, d, xq.dv8.data() + t * (cols / 64) * 16, gs);
+#else
+          v = 0.0f;  // unreachable: SupportedImpl
+#endif
+        }
+        y[t * ldy + r] = v;
+      }
+    }
+  }
+#else
+  (void)w, (void)xq, (void)y, (void)ldy, (void)r0, (void)r1;
+#endif
+}
+
+#undef TQ_Q8_KERNELS
+
+}  // namespace HWY_NAMESPACE
+}  // namespace tq
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace tq {
+
+HWY_EXPORT(SupportedImpl);
+HWY_EXPORT(MatmulQ8Impl);
+
+bool packed_q8_supported(const PackedMatrix& w) { return HWY_DYNAMIC_DISPATCH(SupportedImpl)(w); }
+
+void packed_matmul_q8(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,
+                      int64_t r1) {
+  HWY_DYNAMIC_DISPATCH(MatmulQ8Impl)(w, xq, y, ldy, r0, r1);
+}
+
+}  // namespace tq
+#endif  // HWY_ONCE

@@ -1,0 +1,115 @@
+// Scalar references of the packed kernels and the int8 activation quantizer.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "formats/mlx_quant.h"
+#include "kernels/packed_matmul.h"
+
+namespace tq {
+
+namespace {
+
+float scale_value(const PackedMatrix& w, const uint8_t* base, int64_t i) {
+  uint16_t h;
+  float f;
+  switch (w.scale_dtype) {
+    case DType::kF32:
+      std::memcpy(&f, base + 4 * i, 4);
+      return f;
+    case DType::kF16:
+      std::memcpy(&h, base + 2 * i, 2);
+      return f16_to_f32(h);
+    default:
+      std::memcpy(&h, base + 2 * i, 2);
+      return bf16_to_f32(h);
+  }
+}
+
+}  // namespace
+
+void packed_matmul_ref(const PackedMatrix& w, const float* x, int64_t n, float* y, int64_t ldy,
+                       int64_t r0, int64_t r1) {
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t r = r0; r < r1; ++r) {
+    packed_decode_row_ref(w, r, row.data());
+    for (int64_t t = 0; t < n; ++t) {
+      const float* xt = x + t * w.cols;
+      double acc = 0.0;
+      for (int64_t k = 0; k < w.cols; ++k) acc += static_cast<double>(xt[k]) * row[k];
+      y[t * ldy + r] = static_cast<float>(acc);
+    }
+  }
+}
+
+void quantize_act_q8(const float* x, int64_t n, int64_t cols, ActQ8* out) {
+  const int64_t nb = cols / 32;
+  out->n = n, out->cols = cols;
+  out->q.resize(static_cast<size_t>(n * cols));
+  out->q4.resize(static_cast<size_t>(n * cols));
+  out->d.resize(static_cast<size_t>(n * nb));
+  out->sum.resize(static_cast<size_t>(n * nb));
+  out->dv.resize(static_cast<size_t>(n * (cols / 64) * 8));
+  out->dv8.resize(static_cast<size_t>(n * (cols / 64) * 16));
+  for (int64_t t = 0; t < n; ++t) {
+    const float* xt = x + t * cols;
+    int8_t* q = out->q.data() + t * cols;
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = xt + b * 32;
+      float amax = 0.0f, s = 0.0f;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i])), s += xb[i];
+      const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
+      for (int i = 0; i < 32; ++i) q[b * 32 + i] = static_cast<int8_t>(std::lrintf(xb[i] * id));
+      out->d[t * nb + b] = d;
+      out->sum[t * nb + b] = s;
+    }
+    // Nibble order: byte j of a 64-code half holds k = 2j (low nibble) and 2j+1 (high).
+    int8_t* q4 = out->q4.data() + t * cols;
+    int64_t c = 0;
+    for (; c + 128 <= cols; c += 128)
+      for (int j = 0; j < 32; ++j) {
+        q4[c + j] = q[c + 2 * j], q4[c + 32 + j] = q[c + 64 + 2 * j];
+        q4[c + 64 + j] = q[c + 2 * j + 1], q4[c + 96 + j] = q[c + 64 + 2 * j + 1];
+      }
+    if (c + 64 <= cols) {
+      for (int j = 0; j < 32; ++j) q4[c + j] = q[c + 2 * j], q4[c + 32 + j] = q[c + 2 * j + 1];
+      c += 64;
+    }
+    if (c < cols) std::memcpy(q4 + c, q + c, static_cast<size_t>(cols - c));
+    float* dv = out->dv.data() + t * (cols / 64) * 8;
+    float* dv8 = out->dv8.data() + t * (cols / 64) * 16;
+    for (int64_t h = 0; h < cols / 64; ++h) {
+      for (int i = 0; i < 8; ++i) dv[h * 8 + i] = out->d[t * nb + 2 * h + i / 4];
+      for (int i = 0; i < 16; ++i) dv8[h * 16 + i] = out->d[t * nb + 2 * h + i / 8];
+    }
+  }
+}
+
+void packed_matmul_q8_ref(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,
+                          int64_t r1) {
+  const int64_t nb = w.cols / 32, per = w.group / 32;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.data + r * w.row_bytes();
+    for (int64_t t = 0; t < xq.n; ++t) {
+      const int8_t* q = xq.q.data() + t * w.cols;
+      double acc = 0.0;
+      for (int64_t g = 0; g < w.groups(); ++g) {
+        const float s = scale_value(w, w.scales, r * w.groups() + g);
+        const float bias = scale_value(w, w.biases, r * w.groups() + g);
+        double inner = 0.0, xsum = 0.0;
+        for (int64_t b = g * per; b < (g + 1) * per; ++b) {
+          int32_t isum = 0;
+          for (int64_t k = b * 32; k < b * 32 + 32; ++k)
+            isum += static_cast<int32_t>(unpack_code(row, k, w.bits)) * q[k];
+          inner += static_cast<double>(xq.d[t * nb + b]) * isum;
+          xsum += xq.sum[t * nb + b];
+        }
+        acc += s * inner + bias * xsum;
+      }
+      y[t * ldy + r] = static_cast<float>(acc);
+    }
+  }
+}
+
+}  // namespace tq

@@ -1,0 +1,344 @@
+#include "quant/gptq_driver.h"
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "model/tensor_table.h"
+
+namespace tq {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::string module_path(const std::string& weight_name) {
+  const std::string suffix = ".weight";
+  if (weight_name.size() > suffix.size() &&
+      weight_name.compare(weight_name.size() - suffix.size(), suffix.size(), suffix) == 0)
+    return weight_name.substr(0, weight_name.size() - suffix.size());
+  return weight_name;
+}
+
+const QuantSpec* find_spec(const std::map<std::string, QuantSpec>& specs,
+                           const std::string& weight_name) {
+  auto it = specs.find(module_path(weight_name));
+  if (it == specs.end()) it = specs.find(weight_name);
+  return it == specs.end() ? nullptr : &it->second;
+}
+
+// The HF weight names of one layer's linear modules, by role.
+std::map<TensorRole, std::string> linear_names(const ModelConfig& cfg, int64_t layer) {
+  std::map<TensorRole, std::string> out;
+  for (const TensorSpec& s : expected_tensors(cfg)) {
+    if (s.layer != layer) continue;
+    switch (s.kind->role) {
+      case TensorRole::kAttnQ:
+      case TensorRole::kAttnK:
+      case TensorRole::kAttnV:
+      case TensorRole::kAttnO:
+      case TensorRole::kMlpGate:
+      case TensorRole::kMlpUp:
+      case TensorRole::kMlpDown:
+        out[s.kind->role] = s.name;
+        break;
+      default:
+        break;
+    }
+  }
+  return out;
+}
+
+std::string acts_file(int64_t layer) { return "acts_" + std::to_string(layer) + ".bin"; }
+std::string modules_file(int64_t layer) { return "layer_" + std::to_string(layer) + ".tqc"; }
+
+}  // namespace
+
+Result<std::unique_ptr<GptqDriver>> GptqDriver::create(const ModelConfig& cfg,
+                                                       const CalibSet& calib,
+                                                       GptqDriverOptions options) {
+  if (calib.rows() < 1) return err("gptq: no calibration rows");
+  std::unique_ptr<GptqDriver> d(new GptqDriver());
+  d->cfg_ = cfg;
+  d->opt_ = std::move(options);
+  d->rows_ = calib.rows();
+  d->seq_ = calib.seq_len;
+  d->tokens_ = calib.tokens;
+  const int64_t width = d->seq_ * cfg.hidden_size;
+  const bool fits = d->rows_ * width * 4 <= d->opt_.max_calib_memory;
+  TQ_TRY(d->x_, ActivationStore::create(d->rows_, width, fits, d->opt_.scratch_dir));
+  d->summary_ = {{"modules", 0},           {"fallbacks", 0},         {"escalated", 0},
+                 {"cholesky_failures", 0}, {"scale_divergences", 0}, {"loss_divergences", 0},
+                 {"dead_columns", 0},      {"seconds", 0.0},         {"spilled", !fits}};
+  if (!d->opt_.checkpoint_dir.empty()) TQ_CHECK_OK(d->load_checkpoint());
+  return d;
+}
+
+Status GptqDriver::set_embedding(const FloatTensor& embed) {
+  const int64_t dd = cfg_.hidden_size;
+  if (embed.shape.size() != 2 || embed.shape[1] != dd ||
+      static_cast<int64_t>(embed.data.size()) != embed.shape[0] * dd)
+    return err("gptq: embedding shape {} does not fit hidden size {}", shape_str(embed.shape), dd);
+  if (next_layer_ > 0) return ok_status();  // resumed: the inputs come from the checkpoint
+  std::vector<float> row(static_cast<size_t>(seq_ * dd));
+  for (int64_t r = 0; r < rows_; ++r) {
+    for (int64_t i = 0; i < seq_; ++i) {
+      const int32_t t = tokens_[r * seq_ + i];
+      if (t < 0 || t >= embed.shape[0])
+        return err("gptq: calibration token {} outside the embedding's {} rows", t, embed.shape[0]);
+      std::copy_n(embed.data.data() + t * dd, dd, row.data() + i * dd);
+    }
+    TQ_CHECK_OK(x_.write_row(r, row));
+  }
+  have_input_ = true;
+  return ok_status();
+}
+
+Result<GptqModule> GptqDriver::quantize_module(int64_t layer, const std::string& weight_name,
+                                               const FloatTensor& w, const QuantSpec& spec,
+                                               DType dtype, const std::vector<double>& h,
+                                               std::vector<float>* dst) {
+  const int64_t rows = w.shape[0], cols = w.shape[1];
+  auto r = gptq_quantize(w.data, rows, cols, h, spec, dtype, opt_.gptq);
+  if (!r.ok()) return err("{}: {}", weight_name, r.error().message);
+  GptqResult& g = r.value();
+  *dst = std::move(g.dequantized);  // the quantized upstream path for the next stages
+  GptqModule m;
+  m.name = module_path(weight_name);
+  m.shape = w.shape;
+  m.spec = spec;
+  m.scale_dtype = spec.mode == QuantMode::kAffine ? dtype : DType::kU8;
+  m.weight = std::move(g.weight);
+  m.scales = std::move(g.scales);
+  m.biases = std::move(g.biases);
+  m.info = {{"method", g.fallback ? "rtn-fallback" : "gptq"},
+            {"proxy_loss", g.proxy_loss},
+            {"rtn_loss", g.rtn_loss},
+            {"damp", g.damp},
+            {"attempts", g.attempts},
+            {"fallback", g.fallback},
+            {"cholesky_failures", g.cholesky_failures},
+            {"scale_divergences", g.scale_divergences},
+            {"loss_divergences", g.loss_divergences},
+            {"dead_columns", g.dead_columns},
+            {"seconds", g.seconds}};
+  auto bump = [&](const char* k, int64_t v) { summary_[k] = summary_[k].get<int64_t>() + v; };
+  bump("modules", 1);
+  bump("fallbacks", g.fallback);
+  bump("escalated", g.attempts > 1);
+  bump("cholesky_failures", g.cholesky_failures);
+  bump("scale_divergences", g.scale_divergences);
+  bump("loss_divergences", g.loss_divergences);
+  bump("dead_columns", g.dead_columns);
+  if (opt_.progress) {
+    GptqProgress p;
+    p.layer = layer;
+    p.layers = cfg_.num_hidden_layers;
+    p.module = m.name;
+    p.result = &g;
+    const double in_layer = now_s() - layer_t0_;
+    p.elapsed_s = seconds_ + in_layer;
+    const int64_t done = next_layer_;  // seconds_ covers every finished layer, resumed ones too
+    if (done > 0)
+      p.eta_s = std::max(0.0, seconds_ / static_cast<double>(done) *
+                                      static_cast<double>(cfg_.num_hidden_layers - layer) -
+                                  in_layer);
+    opt_.progress(p);
+  }
+  return m;
+}
+
+Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
+    int64_t layer, const std::map<std::string, FloatTensor>& tensors,
+    const std::map<std::string, QuantSpec>& specs, DType dtype) {
+  if (layer < next_layer_) {
+    if (opt_.checkpoint_dir.empty()) return err("gptq: layer {} was already quantized", layer);
+    return read_modules_file((fs::path(opt_.checkpoint_dir) / modules_file(layer)).string());
+  }
+  if (layer != next_layer_)
+    return err("gptq: layer {} requested, layer {} comes next (layers go in order)", layer,
+               next_layer_);
+  if (!have_input_) return err("gptq: layer {} has no input activations (set_embedding)", layer);
+  const double t0 = layer_t0_ = now_s();
+  TQ_TRY(LayerWeights lw, layer_weights_from(tensors, cfg_, layer));
+  TQ_TRY(LayerRunner run, LayerRunner::create(cfg_, seq_));
+  const auto names = linear_names(cfg_, layer);
+  const int64_t dd = cfg_.hidden_size, qd = run.qd(), inter = run.inter();
+  std::vector<GptqModule> out;
+
+  // Quantizes the modules of `roles` that have a spec, all with the Hessian in `acc`.
+  auto quantize_group = [&](std::initializer_list<TensorRole> roles,
+                            const HessianAccumulator& acc) -> Status {
+    std::vector<double> h;
+    for (TensorRole role : roles) {
+      const std::string& name = names.at(role);
+      const QuantSpec* spec = find_spec(specs, name);
+      if (spec == nullptr) continue;
+      if (h.empty()) h = acc.hessian();
+      TQ_TRY(GptqModule m, quantize_module(layer, name, tensors.at(name), *spec, dtype, h,
+                                           layer_matrix(lw, cfg_, name)));
+      out.push_back(std::move(m));
+    }
+    return ok_status();
+  };
+  auto wanted = [&](std::initializer_list<TensorRole> roles) {
+    for (TensorRole role : roles)
+      if (find_spec(specs, names.at(role)) != nullptr) return true;
+    return false;
+  };
+  auto in_memory = [&](int64_t width) {
+    return (x_.spilled() ? 0 : x_.bytes()) + rows_ * width * 4 <= opt_.max_calib_memory;
+  };
+
+  std::vector<float> xb(static_cast<size_t>(seq_ * dd)), h(xb.size());
+  {  // A: q/k/v
+    HessianAccumulator acc(dd, opt_.hessian);
+    if (wanted({TensorRole::kAttnQ, TensorRole::kAttnK, TensorRole::kAttnV})) {
+      for (int64_t r = 0; r < rows_; ++r) {
+        TQ_CHECK_OK(x_.read_row(r, xb));
+        run.attn_input(lw, xb.data(), h.data());
+        TQ_CHECK_OK(acc.add(h, seq_));
+      }
+    }
+    TQ_CHECK_OK(quantize_group({TensorRole::kAttnQ, TensorRole::kAttnK, TensorRole::kAttnV}, acc));
+  }
+  {  // B: o_proj after the quantized attention; C: residual, gate/up
+    TQ_TRY(ActivationStore atts,
+           ActivationStore::create(rows_, seq_ * qd, in_memory(seq_ * qd), opt_.scratch_dir));
+    std::vector<float> att(static_cast<size_t>(seq_ * qd));
+    HessianAccumulator acc_o(qd, opt_.hessian);
+    const bool want_o = wanted({TensorRole::kAttnO});
+    for (int64_t r = 0; r < rows_; ++r) {
+      TQ_CHECK_OK(x_.read_row(r, xb));
+      run.attn_input(lw, xb.data(), h.data());
+      run.attention(lw, h.data(), att.data());
+      if (want_o) TQ_CHECK_OK(acc_o.add(att, seq_));
+      TQ_CHECK_OK(atts.write_row(r, att));
+    }
+    TQ_CHECK_OK(quantize_group({TensorRole::kAttnO}, acc_o));
+    HessianAccumulator acc_gu(dd, opt_.hessian);
+    const bool want_gu = wanted({TensorRole::kMlpGate, TensorRole::kMlpUp});
+    for (int64_t r = 0; r < rows_; ++r) {
+      TQ_CHECK_OK(x_.read_row(r, xb));
+      TQ_CHECK_OK(atts.read_row(r, att));
+      run.attn_residual(lw, xb.data(), att.data(), xb.data());
+      TQ_CHECK_OK(x_.write_row(r, xb));  // x now holds x_mid
+      if (want_gu) {
+        run.mlp_input(lw, xb.data(), h.data());
+        TQ_CHECK_OK(acc_gu.add(h, seq_));
+      }
+    }
+    TQ_CHECK_OK(quantize_group({TensorRole::kMlpGate, TensorRole::kMlpUp}, acc_gu));
+  }
+  {  // D: down_proj after the quantized gate/up; E: the next layer's input
+    TQ_TRY(ActivationStore acts,
+           ActivationStore::create(rows_, seq_ * inter, in_memory(seq_ * inter), opt_.scratch_dir));
+    std::vector<float> act(static_cast<size_t>(seq_ * inter));
+    HessianAccumulator acc_d(inter, opt_.hessian);
+    const bool want_d = wanted({TensorRole::kMlpDown});
+    for (int64_t r = 0; r < rows_; ++r) {
+      TQ_CHECK_OK(x_.read_row(r, xb));
+      run.mlp_input(lw, xb.data(), h.data());
+      run.mlp_act(lw, h.data(), act.data());
+      if (want_d) TQ_CHECK_OK(acc_d.add(act, seq_));
+      TQ_CHECK_OK(acts.write_row(r, act));
+    }
+    TQ_CHECK_OK(quantize_group({TensorRole::kMlpDown}, acc_d));
+    for (int64_t r = 0; r < rows_; ++r) {
+      TQ_CHECK_OK(x_.read_row(r, xb));
+      TQ_CHECK_OK(acts.read_row(r, act));
+      run.mlp_residual(lw, xb.data(), act.data(), xb.data());
+      TQ_CHECK_OK(x_.write_row(r, xb));
+    }
+  }
+  next_layer_ = layer + 1;
+  seconds_ += now_s() - t0;
+  summary_["seconds"] = seconds_;
+  if (!opt_.checkpoint_dir.empty()) TQ_CHECK_OK(save_checkpoint(layer, out));
+  return out;
+}
+
+Status GptqDriver::save_checkpoint(int64_t layer, const std::vector<GptqModule>& mods) {
+  const fs::path dir(opt_.checkpoint_dir);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return err("{}: cannot create checkpoint directory: {}", dir.string(), ec.message());
+  TQ_CHECK_OK(write_modules_file((dir / modules_file(layer)).string(), mods));
+  // The next layer's input under its own name, then the state that points at it: a kill
+  // between the steps leaves the previous state valid.
+  const fs::path acts = dir / acts_file(layer + 1), tmp = dir / (acts_file(layer + 1) + ".tmp");
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) return err("{}: cannot write checkpoint", tmp.string());
+    std::vector<float> row(static_cast<size_t>(x_.width()));
+    for (int64_t r = 0; r < rows_; ++r) {
+      TQ_CHECK_OK(x_.read_row(r, row));
+      f.write(reinterpret_cast<const char*>(row.data()),
+              static_cast<std::streamsize>(row.size() * 4));
+    }
+    if (!f.flush()) return err("{}: write failed", tmp.string());
+  }
+  fs::rename(tmp, acts, ec);
+  if (ec) return err("{}: {}", acts.string(), ec.message());
+  nlohmann::json state = {
+      {"fingerprint", opt_.fingerprint}, {"next_layer", layer + 1}, {"rows", rows_}, {"seq", seq_},
+      {"hidden", cfg_.hidden_size},      {"summary", summary_}};
+  {
+    std::ofstream f(dir / "state.json.tmp", std::ios::trunc);
+    f << state.dump(1);
+    if (!f.flush()) return err("{}: write failed", (dir / "state.json.tmp").string());
+  }
+  fs::rename(dir / "state.json.tmp", dir / "state.json", ec);
+  if (ec) return err("{}: {}", (dir / "state.json").string(), ec.message());
+  fs::remove(dir / acts_file(layer), ec);  // the previous layer's input is no longer needed
+  return ok_status();
+}
+
+Status GptqDriver::load_checkpoint() {
+  const fs::path dir(opt_.checkpoint_dir), state_path = dir / "state.json";
+  std::ifstream f(state_path);
+  if (!f) return ok_status();  // nothing to resume
+  std::stringstream ss;
+  ss << f.rdbuf();
+  nlohmann::json state = nlohmann::json::parse(ss.str(), nullptr, false);
+  if (state.is_discarded() || !state.is_object())
+    return err("{}: checkpoint state is not valid JSON", state_path.string());
+  try {
+    if (state.at("fingerprint").get<std::string>() != opt_.fingerprint)
+      return err(
+          "{}: checkpoint was made from another source, options or calibration set; "
+          "remove it or start without --resume",
+          state_path.string());
+    const int64_t next = state.at("next_layer").get<int64_t>();
+    if (state.at("rows").get<int64_t>() != rows_ || state.at("seq").get<int64_t>() != seq_ ||
+        state.at("hidden").get<int64_t>() != cfg_.hidden_size || next < 0 ||
+        next > cfg_.num_hidden_layers)
+      return err("{}: checkpoint geometry does not match", state_path.string());
+    if (state.contains("summary")) summary_ = state["summary"];
+    summary_["spilled"] = x_.spilled();
+    const fs::path acts = dir / acts_file(next);
+    std::ifstream a(acts, std::ios::binary);
+    if (!a) return err("{}: checkpoint activations missing", acts.string());
+    std::vector<float> row(static_cast<size_t>(x_.width()));
+    for (int64_t r = 0; r < rows_; ++r) {
+      if (!a.read(reinterpret_cast<char*>(row.data()),
+                  static_cast<std::streamsize>(row.size() * 4)))
+        return err("{}: checkpoint activations truncated", acts.string());
+      TQ_CHECK_OK(x_.write_row(r, row));
+    }
+    next_layer_ = resumed_layers_ = next;
+    seconds_ = summary_.value("seconds", 0.0);
+    have_input_ = true;
+  } catch (const nlohmann::json::exception& e) {
+    return err("{}: bad checkpoint state: {}", state_path.string(), e.what());
+  }
+  return ok_status();
+}
+
+}  // namespace tq

@@ -1,0 +1,34 @@
+// The GPTQ LayerQuantizer for tq convert: globals (embedding, untied lm_head) by RTN, decoder
+// layers through GptqDriver. The embedding as the quantized model decodes it is the first
+// layer's input.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "convert/stages.h"
+#include "quant/gptq_driver.h"
+
+namespace tq {
+
+class GptqQuantizer : public LayerQuantizer {
+ public:
+  // load_embedding: where layer 0's input comes from when the globals never reach quantize()
+  // (embedding kept float); record_timings = false leaves every time out of the metadata.
+  static Result<std::unique_ptr<GptqQuantizer>> create(
+      const ModelConfig& cfg, const CalibSet& calib, GptqDriverOptions options,
+      std::function<Result<FloatTensor>()> load_embedding, bool record_timings);
+  Result<std::vector<QuantizedModule>> quantize(int64_t layer, const TensorMap& tensors,
+                                                const std::map<std::string, QuantSpec>& specs,
+                                                DType dtype) override;
+  nlohmann::json metadata() const override;
+
+ private:
+  GptqQuantizer() = default;
+  std::unique_ptr<GptqDriver> driver_;
+  std::function<Result<FloatTensor>()> load_embedding_;
+  bool embedding_set_ = false, record_timings_ = true;
+  nlohmann::json calib_record_, options_;
+};
+
+}  // namespace tq

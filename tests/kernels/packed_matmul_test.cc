@@ -1,0 +1,254 @@
+// Packed kernels on every SIMD target this machine runs (Highway's supported and compiled
+// targets, each forced in turn) against the scalar references, for every format, bit width,
+// group size, odd row counts and token counts 1..7. Tolerance: 1e-5 relative to Σ|terms|.
+#define HWY_WANT_AVX3_DL  // list the same targets as the kernels compile
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/packed_matmul.h"
+
+namespace tq {
+namespace {
+
+struct Case {
+  std::vector<uint8_t> data, scales, biases;
+  PackedMatrix m;
+};
+
+uint16_t f32_to(DType t, float f) { return t == DType::kBF16 ? f32_to_bf16(f) : f32_to_f16(f); }
+
+void put_float(std::vector<uint8_t>& v, DType t, float f) {
+  if (t == DType::kF32) {
+    uint8_t b[4];
+    std::memcpy(b, &f, 4);
+    v.insert(v.end(), b, b + 4);
+  } else {
+    uint16_t h = f32_to(t, f);
+    v.push_back(static_cast<uint8_t>(h & 0xFF));
+    v.push_back(static_cast<uint8_t>(h >> 8));
+  }
+}
+
+// Random packed bytes (every byte pattern is a valid code except fp8 NaN), sane scales.
+Case make_case(WeightFormat f, int bits, int group, DType sdt, int64_t rows, int64_t cols,
+               uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  Case c;
+  if (f == WeightFormat::kF32 || f == WeightFormat::kF16 || f == WeightFormat::kBF16) {
+    DType dt = f == WeightFormat::kF32 ? DType::kF32
+                                       : (f == WeightFormat::kF16 ? DType::kF16 : DType::kBF16);
+    for (int64_t i = 0; i < rows * cols; ++i) put_float(c.data, dt, u(rng));
+    c.m = make_float_matrix(dt, rows, cols, c.data).value();
+    return c;
+  }
+  c.data.resize(static_cast<size_t>(rows * cols * bits / 8));
+  for (auto& b : c.data) b = static_cast<uint8_t>(rng());
+  const int64_t ng = rows * cols / group;
+  QuantSpec spec;
+  spec.bits = bits, spec.group_size = group;
+  if (f == WeightFormat::kAffine) {
+    for (int64_t i = 0; i < ng; ++i) {
+      float s = u(rng) * 0.1f, b = u(rng);
+      put_float(c.scales, sdt, s);
+      put_float(c.biases, sdt, b);
+    }
+    c.m = make_quant_matrix(spec, rows, cols, c.data, sdt, c.scales, c.biases).value();
+    return c;
+  }
+  spec.mode = f == WeightFormat::kMxfp4   ? QuantMode::kMxfp4
+              : f == WeightFormat::kNvfp4 ? QuantMode::kNvfp4
+                                          : QuantMode::kMxfp8;
+  if (f == WeightFormat::kMxfp8)
+    for (auto& b : c.data)
+      if ((b & 0x7F) == 0x7F) b = 0x3C;  // no NaN codes
+  for (int64_t i = 0; i < ng; ++i)
+    c.scales.push_back(f == WeightFormat::kNvfp4 ? static_cast<uint8_t>(0x20 + rng() % 0x40)
+                                                 : static_cast<uint8_t>(120 + rng() % 12));
+  c.m = make_quant_matrix(spec, rows, cols, c.data, DType::kU8, c.scales, {}).value();
+  return c;
+}
+
+std::vector<float> random_x(int64_t n, int64_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  for (auto& v : x) v = nd(rng);
+  return x;
+}
+
+float get_float(const std::vector<uint8_t>& v, DType t, int64_t i) {
+  if (t == DType::kF32) {
+    float f;
+    std::memcpy(&f, v.data() + 4 * i, 4);
+    return f;
+  }
+  uint16_t h = static_cast<uint16_t>(v[2 * i] | v[2 * i + 1] << 8);
+  return t == DType::kBF16 ? bf16_to_f32(h) : f16_to_f32(h);
+}
+
+// Σ_k |x_k| (|ŵ_k| + 2|b|): bounds every term the kernels add (s·q·x and b·x separately).
+double magnitude(const Case& c, const float* x, int64_t r) {
+  const PackedMatrix& m = c.m;
+  std::vector<float> row(static_cast<size_t>(m.cols));
+  packed_decode_row_ref(m, r, row.data());
+  double mag = 0.0;
+  for (int64_t k = 0; k < m.cols; ++k) {
+    double b = 0.0;
+    if (m.format == WeightFormat::kAffine)
+      b = std::fabs(get_float(c.biases, m.scale_dtype, r * m.groups() + k / m.group));
+    mag += std::fabs(x[k]) * (std::fabs(row[k]) + 2.0 * b);
+  }
+  return mag;
+}
+
+struct Spec {
+  WeightFormat f;
+  int bits, group;
+  DType sdt;
+};
+
+std::vector<Spec> all_specs() {
+  std::vector<Spec> v = {
+      {WeightFormat::kF32, 32, 0, DType::kF32},   {WeightFormat::kF16, 16, 0, DType::kF16},
+      {WeightFormat::kBF16, 16, 0, DType::kBF16}, {WeightFormat::kMxfp4, 4, 32, DType::kU8},
+      {WeightFormat::kNvfp4, 4, 16, DType::kU8},  {WeightFormat::kMxfp8, 8, 32, DType::kU8}};
+  for (int bits : {2, 3, 4, 5, 6, 8})
+    for (int g : {32, 64, 128}) v.push_back({WeightFormat::kAffine, bits, g, DType::kBF16});
+  v.push_back({WeightFormat::kAffine, 4, 64, DType::kF16});
+  v.push_back({WeightFormat::kAffine, 4, 64, DType::kF32});
+  v.push_back({WeightFormat::kAffine, 8, 32, DType::kF32});
+  return v;
+}
+
+// Column counts: a multiple of every group (and of no vector width for floats), plus one
+// that leaves a 32-column tail after 64-column steps.
+std::vector<int64_t> col_counts(const Spec& s) {
+  if (s.group == 0) return {77, 384};
+  if (s.group <= 32) return {160, 384};
+  return {384};
+}
+
+template <typename F>
+void for_each_target(F&& body) {
+  std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  ASSERT_FALSE(targets.empty());
+  for (int64_t t : targets) {
+    hwy::SetSupportedTargetsForTest(t);
+    SCOPED_TRACE(hwy::TargetName(t));
+    ASSERT_STREQ(packed_kernel_isa(), hwy::TargetName(t));
+    body();
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+TEST(PackedMatmul, RunsOnTheBestTargetOfThisMachine) {
+  // The dispatch picks the best of the compiled targets the CPU supports (first in the list).
+  std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  ASSERT_FALSE(targets.empty());
+  EXPECT_STREQ(packed_kernel_isa(), hwy::TargetName(targets.front()));
+}
+
+TEST(PackedMatmul, EveryTargetEqualsTheScalarReference) {
+  const int64_t rows = 13;
+  uint32_t seed = 1;
+  for (const Spec& s : all_specs()) {
+    for (int64_t cols : col_counts(s)) {
+      Case c = make_case(s.f, s.bits, s.group, s.sdt, rows, cols, seed++);
+      SCOPED_TRACE(weight_format_str(c.m) + " " + std::string(dtype_name(s.sdt)) + " cols " +
+                   std::to_string(cols));
+      const int64_t nmax = 7;
+      std::vector<float> x = random_x(nmax, cols, seed++);
+      std::vector<float> ref(static_cast<size_t>(nmax * rows));
+      packed_matmul_ref(c.m, x.data(), nmax, ref.data(), rows, 0, rows);
+      std::vector<double> mag(static_cast<size_t>(nmax * rows));
+      for (int64_t t = 0; t < nmax; ++t)
+        for (int64_t r = 0; r < rows; ++r) mag[t * rows + r] = magnitude(c, x.data() + t * cols, r);
+      for_each_target([&] {
+        std::vector<float> dec(static_cast<size_t>(cols)), dref(static_cast<size_t>(cols));
+        packed_decode_row(c.m, rows - 1, dec.data());
+        packed_decode_row_ref(c.m, rows - 1, dref.data());
+        for (int64_t k = 0; k < cols; ++k) {
+          // s·q + b may be fused (one rounding) or not: within an ulp of |s·q| + |b|.
+          double b = 0.0;
+          if (c.m.format == WeightFormat::kAffine)
+            b = get_float(c.biases, s.sdt, (rows - 1) * c.m.groups() + k / c.m.group);
+          ASSERT_NEAR(dec[k], dref[k], 1e-6 * (std::fabs(dref[k]) + 2 * std::fabs(b)) + 1e-30)
+              << "k " << k;
+        }
+        for (int64_t n : {1, 2, 3, 4, 5, 7}) {
+          // Rows split in two ranges, as the thread pool calls it.
+          std::vector<float> y(static_cast<size_t>(n * rows), NAN);
+          packed_matmul(c.m, x.data(), n, y.data(), rows, 0, 6);
+          packed_matmul(c.m, x.data(), n, y.data(), rows, 6, rows);
+          for (int64_t t = 0; t < n; ++t)
+            for (int64_t r = 0; r < rows; ++r) {
+              const size_t i = static_cast<size_t>(t * rows + r);
+              ASSERT_NEAR(y[i], ref[i], 1e-5 * mag[i]) << "n " << n << " t " << t << " r " << r;
+            }
+        }
+      });
+    }
+  }
+}
+
+TEST(PackedMatmul, Int8ActivationsEqualTheirScalarReference) {
+  const int64_t rows = 11;
+  uint32_t seed = 100;
+  int checked = 0;
+  for (int bits : {4, 8})
+    for (int g : {32, 64, 128})
+      for (int64_t cols : {int64_t{160}, int64_t{384}, int64_t{576}}) {
+        if (cols % g != 0) continue;
+        const DType sdt = cols == 576 ? DType::kF32 : DType::kBF16;
+        Case c = make_case(WeightFormat::kAffine, bits, g, sdt, rows, cols, seed++);
+        SCOPED_TRACE(weight_format_str(c.m) + " cols " + std::to_string(cols));
+        const int64_t n = 5;
+        std::vector<float> x = random_x(n, cols, seed++);
+        ActQ8 xq;
+        quantize_act_q8(x.data(), n, cols, &xq);
+        std::vector<float> ref(static_cast<size_t>(n * rows)), fref(ref.size());
+        packed_matmul_q8_ref(c.m, xq, ref.data(), rows, 0, rows);
+        packed_matmul_ref(c.m, x.data(), n, fref.data(), rows, 0, rows);
+        for_each_target([&] {
+          if (!packed_q8_supported(c.m)) return;
+          ++checked;
+          std::vector<float> y(ref.size(), NAN);
+          packed_matmul_q8(c.m, xq, y.data(), rows, 0, 4);
+          packed_matmul_q8(c.m, xq, y.data(), rows, 4, rows);
+          for (int64_t t = 0; t < n; ++t)
+            for (int64_t r = 0; r < rows; ++r) {
+              const size_t i = static_cast<size_t>(t * rows + r);
+              const double mag = magnitude(c, x.data() + t * cols, r);
+              ASSERT_NEAR(y[i], ref[i], 1e-5 * mag) << "t " << t << " r " << r;
+              // Quantizing x to 8 bits moves the result by well under 1% of the magnitude.
+              ASSERT_NEAR(y[i], fref[i], 1e-2 * mag) << "t " << t << " r " << r;
+            }
+        });
+      }
+  // This machine class (x86-64 with AVX2) always has an int8 kernel for 4-bit.
+  std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
+  bool x86_simd = false;
+  for (int64_t t : targets) x86_simd |= std::string(hwy::TargetName(t)) == "AVX2";
+  if (x86_simd) EXPECT_GT(checked, 0);
+}
+
+TEST(PackedMatrix, RejectsSizesThatDoNotFitTheShape) {
+  std::vector<uint8_t> w(64 * 4 / 8 * 2), s(2 * 2), b(2 * 2);
+  QuantSpec spec;  // affine 4-bit g64
+  EXPECT_TRUE(make_quant_matrix(spec, 2, 64, w, DType::kBF16, s, b).ok());
+  EXPECT_FALSE(make_quant_matrix(spec, 2, 64, std::span(w).first(63), DType::kBF16, s, b).ok());
+  EXPECT_FALSE(make_quant_matrix(spec, 2, 64, w, DType::kBF16, s, {}).ok());
+  EXPECT_FALSE(make_quant_matrix(spec, 2, 96, w, DType::kBF16, s, b).ok());
+  EXPECT_FALSE(make_quant_matrix(spec, 2, 64, w, DType::kU8, s, b).ok());
+  EXPECT_FALSE(make_float_matrix(DType::kI32, 2, 2, w).ok());
+}
+
+}  // namespace
+}  // namespace tq
