@@ -39,3 +39,16 @@ def smollm2_gguf(tq_cache):
 @pytest.fixture(scope="session")
 def wiki_text():
     return ROOT.parent / "shared" / "data" / "wikitext-2-raw" / "wiki.test.raw"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_results_db(tmp_path_factory):
+    # tq convert/ppl/kl record runs in $XDG_DATA_HOME/turboquant/results.sqlite by default: keep
+    # test runs out of the user's database (tests that pass --db or set it themselves still can).
+    old = os.environ.get("XDG_DATA_HOME")
+    os.environ["XDG_DATA_HOME"] = str(tmp_path_factory.mktemp("xdg"))
+    yield
+    if old is None:
+        os.environ.pop("XDG_DATA_HOME", None)
+    else:
+        os.environ["XDG_DATA_HOME"] = old

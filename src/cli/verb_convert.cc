@@ -1,4 +1,5 @@
 // tq convert SRC -o DST: quantize a checkpoint into the MLX layout stock mlx-lm loads.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -11,7 +12,9 @@
 
 #include "cli/convert_gptq.h"
 #include "cli/verb.h"
+#include "convert/allocate_convert.h"
 #include "convert/convert.h"
+#include "convert/convert_db.h"
 #include "convert/rtn_quantizer.h"
 #include "io/staging_dir.h"
 #include "rotate/rotation_transform.h"
@@ -25,6 +28,9 @@ struct ConvertArgs {
   std::string mode, dtype, recipe, max_shard = "5GiB";
   std::vector<std::string> keep_float;
   bool dry_run = false, force = false, json = false, no_timings = false;
+  std::optional<double> target_bpw;
+  std::string target_size, sensitivity, db;
+  bool allow_over = false, no_db = false;
   GptqArgs gptq;
   bool no_quantize = false;
   // --rotate-weights and its options
@@ -38,13 +44,13 @@ std::atomic<bool> g_interrupted{false};
 extern "C" void on_signal(int) { g_interrupted.store(true); }
 
 // "5GiB", "500MB", "123456" -> bytes.
-Result<uint64_t> parse_size(const std::string& s) {
+Result<uint64_t> parse_size(const std::string& s, const char* flag = "--max-shard-size") {
   size_t pos = 0;
   double v = 0;
   try {
     v = std::stod(s, &pos);
   } catch (...) {
-    return err("--max-shard-size '{}': expected a size such as 5GiB, 500MB or 1000000", s);
+    return err("{} '{}': expected a size such as 5GiB, 500MB or 1000000", flag, s);
   }
   std::string unit = s.substr(pos);
   const std::pair<const char*, double> units[] = {
@@ -54,7 +60,7 @@ Result<uint64_t> parse_size(const std::string& s) {
   };
   for (const auto& [name, mult] : units)
     if (unit == name && v > 0 && v * mult < 1.8e19) return static_cast<uint64_t>(v * mult);
-  return err("--max-shard-size '{}': expected a positive size such as 5GiB, 500MB or 1000000", s);
+  return err("{} '{}': expected a positive size such as 5GiB, 500MB or 1000000", flag, s);
 }
 
 nlohmann::json options_record(const ConvertArgs& a) {
@@ -74,6 +80,10 @@ nlohmann::json options_record(const ConvertArgs& a) {
                            {"seed", a.seed},
                            {"fold_dtype", a.fold_dtype},
                            {"save_rotations", a.save_rotations}};
+  if (a.target_bpw) o["target_bpw"] = *a.target_bpw;
+  if (!a.target_size.empty()) o["target_size"] = a.target_size;
+  if (!a.sensitivity.empty()) o["sensitivity"] = a.sensitivity;
+  if (a.allow_over) o["allow_over"] = true;
   return o;
 }
 
@@ -158,6 +168,17 @@ Status run_convert_verb(const ConvertArgs& a) {
   // --no-quantize: every module float (the folded float model: the rotation parity instrument).
   if (a.no_quantize) o.plan.keep_float = {"*"};
 
+  const bool allocating = a.target_bpw || !a.target_size.empty();
+  if (!allocating && (!a.sensitivity.empty() || a.allow_over))
+    return err("--sensitivity/--allow-over only apply with --target-bpw or --target-size");
+  if (allocating && (a.bits || !a.mode.empty() || a.group_size))
+    return err(
+        "--target-bpw/--target-size choose each module's spec from the sensitivity "
+        "table; drop --bits/--mode/--group-size (pin modules with a recipe instead)");
+  if (allocating && (a.rotate || a.no_quantize))
+    return err(
+        "--target-bpw/--target-size: the sensitivity table is measured without rotation; "
+        "drop --rotate-weights/--no-quantize");
   std::unique_ptr<RotationTransform> rotation;
   std::vector<WeightTransform*> transforms;
   if (a.rotate) {
@@ -167,6 +188,20 @@ Status run_convert_verb(const ConvertArgs& a) {
     transforms.push_back(rotation.get());
   }
   TQ_TRY(ConvertJob job, prepare_convert(o, transforms));
+  nlohmann::json allocation;  // null unless allocating
+  std::optional<AllocateOutcome> alloc;
+  if (allocating) {
+    AllocateRequest req;
+    req.target_bpw = a.target_bpw.value_or(0);
+    if (!a.target_size.empty()) {
+      TQ_TRY(req.target_bytes, parse_size(a.target_size, "--target-size"));
+    }
+    req.allow_over = a.allow_over;
+    req.sensitivity = a.sensitivity;
+    TQ_TRY(alloc, allocate_convert_plan(job, req));
+    allocation = alloc->record;
+    o.extra_metadata["allocation"] = allocation;
+  }
   SizeStats plan_size = job.plan.size();
   if (a.dry_run) {
     if (a.json) {
@@ -178,9 +213,17 @@ Status run_convert_verb(const ConvertArgs& a) {
                           {"dtype", dtype_name(job.plan.dtype)},
                           {"quantization", job.plan.quantization_json()},
                           {"modules", job.plan.modules_json()}};
+      if (alloc) j["allocation"] = allocation;
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       for (const auto& line : describe_plan(job)) std::printf("%s\n", line.c_str());
+      if (alloc)
+        std::printf(
+            "allocation: target %s, achieved %.4f bpw, predicted summed KL %.6g nats "
+            "(%d modules allocated, %d pinned)\n",
+            a.target_bpw ? fmt::format("{} bpw", *a.target_bpw).c_str()
+                         : (a.target_size + " bytes").c_str(),
+            plan_size.bpw, alloc->plan.predicted_kl, alloc->free_modules, alloc->pinned_modules);
     }
     return ok_status();
   }
@@ -230,6 +273,13 @@ Status run_convert_verb(const ConvertArgs& a) {
   }
   if (rotation) TQ_CHECK_OK(write_rotation_files(*rotation, a));
   std::fprintf(stderr, "tq convert: wrote %s in %.1f s\n", a.out.c_str(), s.seconds);
+  if (!a.no_db) {
+    // The artifact is published: a database problem is a warning, not a failed conversion.
+    Status st = record_convert_run(a.db, job, s, allocation);
+    if (!st.ok())
+      std::fprintf(stderr, "tq convert: warning: not recorded in the results database: %s\n",
+                   st.error().message.c_str());
+  }
   return ok_status();
 }
 
@@ -262,6 +312,17 @@ const bool kRegistered = register_verb({
       app.add_flag("--force", a->force,
                    "replace an existing DST (only once the new one is complete)");
       app.add_flag("--json", a->json, "print a JSON summary on stdout");
+      app.add_option("--target-bpw", a->target_bpw,
+                     "allocate each module's spec from --sensitivity to this bits per weight");
+      app.add_option("--target-size", a->target_size,
+                     "allocate to this whole-model size (e.g. 90MB, 1.5GiB) instead");
+      app.add_option("--sensitivity", a->sensitivity,
+                     "sensitivity.json from `tq sensitivity` (required with a target)");
+      app.add_flag("--allow-over", a->allow_over,
+                   "the allocation may exceed the target by up to 0.02 bpw");
+      app.add_option("--db", a->db,
+                     "Results database (default: $XDG_DATA_HOME/turboquant/results.sqlite)");
+      app.add_flag("--no-db", a->no_db, "Do not record the artifact in the results database");
       app.add_flag("--no-timings", a->no_timings,
                    "leave timings out of tq_metadata.json (byte-identical reruns)");
       add_gptq_flags(app, &a->gptq);

@@ -275,6 +275,7 @@ Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
       {"quantizer", quantizer.metadata()},
       {"size", {{"params", size.params}, {"bytes", size.bytes}, {"bpw", size.bpw}}},
   };
+  for (const auto& [key, value] : opts.extra_metadata.items()) meta[key] = value;
   TQ_CHECK_OK(stage.write_file("config.json", config_text));
   for (const auto& [name, text] : tok_files) TQ_CHECK_OK(stage.write_file(name, text));
   if (opts.record_timings)

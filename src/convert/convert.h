@@ -43,6 +43,7 @@ struct ConvertOptions {
   bool force = false;
   bool record_timings = true;  // timings in tq_metadata.json (the only non-reproducible bytes)
   nlohmann::json options_record = nlohmann::json::object();  // the command line, for metadata
+  nlohmann::json extra_metadata = nlohmann::json::object();  // top-level keys added to metadata
   const std::atomic<bool>* cancel = nullptr;  // set (e.g. by SIGINT) to stop and clean up
   std::function<void(const ConvertProgress&)> progress;
 };

@@ -1,0 +1,147 @@
+"""tq convert --target-bpw/--target-size --sensitivity on a tiny llama: the allocated plan lands
+within 0.02 bpw below the target, modules pinned by --keep-float stay float, the allocation is
+recorded in tq_metadata.json, a bad sensitivity file is a one-line error naming it, and the
+published artifact gets a "convert" row in the results database."""
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tinymodels  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+TQ_BIN = os.environ.get("TQ_BIN", str(REPO / "build" / "tq"))
+WIKI = REPO.parent / "shared" / "data" / "wikitext-2-raw" / "wiki.test.raw"
+
+# Wide MLP so that one bit of the smallest module (k/v: 64x128) is < 0.01 bpw of the model.
+CFG = dict(tinymodels.TINY_LLAMA, hidden_size=128, num_hidden_layers=2, intermediate_size=1024,
+           num_attention_heads=4, num_key_value_heads=2, vocab_size=384,
+           max_position_embeddings=512, tie_word_embeddings=True)
+PINNED = "model.layers.0.self_attn.k_proj"
+
+
+def tq(*args, ok=True):
+    r = subprocess.run([TQ_BIN, *map(str, args)], capture_output=True, text=True, timeout=300)
+    if ok:
+        assert r.returncode == 0, r.stderr
+    return r
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("alloc")
+    src = root / "src"
+    tinymodels.write_tiny_hf_dir(src, CFG, seed=7)
+    tinymodels.write_tiny_tokenizer(src)
+    calib = root / "calib.txt"
+    calib.write_bytes(WIKI.read_bytes()[:6000])
+    sens = root / "sens.json"
+    tq("sensitivity", src, "--calib", calib, "--windows", "2", "--seq-len", "32", "--bits",
+       "2,3,4,5,6,8", "-o", sens)  # with only 3,4,8 the 6.0 optimum sits 0.23 bpw below
+    return {"root": root, "src": src, "sens": sens}
+
+
+def one_line_error(r, *needles):
+    assert r.returncode != 0
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("target", [4.0, 6.0])
+def test_target_bpw_is_met_and_recorded(env, target):
+    root, src, sens = env["root"], env["src"], env["sens"]
+    out = root / f"alloc-{target}"
+    db = root / "results.sqlite"
+    common = [src, "--target-bpw", target, "--sensitivity", sens, "--keep-float", PINNED,
+              "--dtype", "bf16"]
+    dry = json.loads(tq("convert", *common, "--dry-run", "--json").stdout)
+    alloc = dry["allocation"]
+    assert alloc["achieved_bpw"] == pytest.approx(dry["bpw"])
+    assert target - 0.02 <= dry["bpw"] <= target
+    assert alloc["predicted_kl"] > 0 and alloc["pinned_modules"] == 1
+    assert dry["modules"][PINNED] == "float"
+    text = tq("convert", *common, "--dry-run").stdout
+    assert "predicted summed KL" in text and f"{dry['bpw']:.4f} bpw" in text
+
+    tq("convert", *common, "-o", out, "--db", db)
+    info = json.loads(tq("inspect", out, "--json").stdout)
+    assert target - 0.02 <= info["bpw"] <= target
+    assert info["bpw"] == pytest.approx(dry["bpw"], abs=1e-9)
+    meta = json.loads((out / "tq_metadata.json").read_text())
+    assert meta["modules"][PINNED] == "float"
+    specs = {json.dumps(v, sort_keys=True) for k, v in meta["modules"].items() if k != PINNED}
+    assert len(specs) >= 2  # mixed precision, not a uniform plan
+    a = meta["allocation"]
+    assert a["target_bpw"] == target and a["achieved_bpw"] == pytest.approx(info["bpw"])
+    assert a["predicted_kl"] == pytest.approx(alloc["predicted_kl"])
+    import hashlib
+    assert a["sensitivity"]["sha256"] == hashlib.sha256(sens.read_bytes()).hexdigest()
+
+    with sqlite3.connect(db) as c:
+        rows = c.execute("SELECT kind, artifact, base_artifact, result FROM runs").fetchall()
+    mine = [r for r in rows if r[1] == str(out)]
+    assert len(mine) == 1 and mine[0][0] == "convert"
+    assert Path(mine[0][2]).resolve() == src.resolve()
+    res = json.loads(mine[0][3])
+    assert res["bpw"] == pytest.approx(info["bpw"]) and res["bytes"] == info["bytes"]
+    assert res["recipe"].startswith(f"allocated {target}")
+    assert res["allocation"]["predicted_kl"] == pytest.approx(a["predicted_kl"])
+
+
+def test_higher_target_predicts_lower_kl(env):
+    kls = []
+    for t in (3.8, 5.0, 7.0):
+        d = json.loads(tq("convert", env["src"], "--target-bpw", t, "--sensitivity", env["sens"],
+                          "--dtype", "bf16", "--dry-run", "--json").stdout)
+        kls.append(d["allocation"]["predicted_kl"])
+    assert kls[0] > kls[1] > kls[2]
+
+
+def test_target_size_and_no_db(env, tmp_path):
+    d = json.loads(tq("convert", env["src"], "--target-size", "500000", "--sensitivity",
+                      env["sens"], "--dtype", "bf16", "--dry-run", "--json").stdout)
+    assert 500000 - 0.02 * d["params"] / 8 <= d["bytes"] <= 500000
+    db = tmp_path / "none.sqlite"
+    tq("convert", env["src"], "--bits", "8", "-o", tmp_path / "q8", "--no-db", "--db", db)
+    assert not db.exists()
+    tq("convert", env["src"], "--bits", "8", "-o", tmp_path / "q8b", "--db", db)
+    with sqlite3.connect(db) as c:
+        (kind, res), = c.execute("SELECT kind, result FROM runs").fetchall()
+    assert kind == "convert" and json.loads(res)["recipe"] == "affine 8-bit g64"
+
+
+def test_bad_sensitivity_files(env, tmp_path):
+    src, sens = env["src"], env["sens"]
+    base = [src, "--target-bpw", "4.5", "--dry-run"]
+    one_line_error(tq("convert", *base, ok=False), "tq sensitivity")
+
+    t = json.loads(sens.read_text())
+    t["model_fingerprint"] = "0" * 64
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(t))
+    one_line_error(tq("convert", *base, "--sensitivity", other, ok=False), str(other),
+                   "another model")
+
+    t = json.loads(sens.read_text())
+    t["modules"] = [m for m in t["modules"] if m["name"] != "model.layers.1.mlp.up_proj"]
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps(t))
+    one_line_error(tq("convert", *base, "--sensitivity", partial, ok=False), str(partial),
+                   "model.layers.1.mlp.up_proj")
+    # ...unless a recipe pins that module.
+    tq("convert", src, "--target-bpw", "6", "--dtype", "bf16", "--dry-run", "--sensitivity", partial,
+       "--keep-float", "model.layers.1.mlp.up_proj")
+
+    garbage = tmp_path / "garbage.json"
+    garbage.write_text("{not json")
+    one_line_error(tq("convert", *base, "--sensitivity", garbage, ok=False), str(garbage))
+
+    one_line_error(tq("convert", src, "--target-bpw", "1.0", "--sensitivity", sens, "--dry-run",
+                      ok=False), "below the smallest plan", "bpw")
