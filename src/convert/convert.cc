@@ -205,11 +205,13 @@ Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
       if (e->spec) specs.emplace(e->name, *e->spec);
     }
     if (m.size() != g.entries.size()) {
-      for (const auto& [name, t] : m)
+      for (const auto& kv : m) {
+        const std::string& name = kv.first;  // clang 14 cannot capture a structured binding
         if (std::none_of(g.entries.begin(), g.entries.end(),
                          [&](const PlanEntry* e) { return e->name == name; }))
           return err("{}: a transform produced tensor '{}', which the plan does not hold",
                      opts.source, name);
+      }
     }
     {
       // Called for every group, in model order, even one with nothing to quantize: a stateful

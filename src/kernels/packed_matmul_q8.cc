@@ -24,9 +24,12 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 HWY_BEFORE_NAMESPACE();
-#if HWY_TARGET == HWY_AVX3_DL
-// Highway 1.0.3's AVX3_DL names "avxvnni" but not the EVEX form its CPU check requires.
+// Highway 1.0.3's AVX3_DL names "avxvnni" but not the EVEX form its CPU check requires. GCC takes
+// it as a pragma; clang 14 (the fuzz build) cannot add it inside Highway's attribute push, so
+// there the AVX3_DL target has no int8 kernels and the caller falls back to the float path.
+#if HWY_TARGET == HWY_AVX3_DL && !defined(__clang__)
 #pragma GCC target("avx512vnni")
+#define TQ_Q8_VNNI_TARGET 1
 #endif
 namespace tq {
 namespace HWY_NAMESPACE {
@@ -42,7 +45,7 @@ inline float ScaleAtQ8(DType t, const uint8_t* base, int64_t i) {
   return t == DType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
 }
 
-#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+#if defined(TQ_Q8_VNNI_TARGET) || HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 #define TQ_Q8_KERNELS 1
 
 constexpr bool kVnni = HWY_TARGET == HWY_AVX3_DL;
@@ -263,6 +266,7 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
 }
 
 #undef TQ_Q8_KERNELS
+#undef TQ_Q8_VNNI_TARGET
 
 }  // namespace HWY_NAMESPACE
 }  // namespace tq

@@ -73,7 +73,8 @@ uint64_t quantized_module_bytes(uint64_t params, const QuantSpec& spec, int scal
 Result<AllocPlan> allocate(std::span<const AllocModule> modules, const AllocConstraints& cons,
                            const AllocBudget& budget) {
   if (modules.empty()) return err("allocation: no quantizable modules");
-  for (const auto& [name, spec] : cons.pinned) {
+  for (const auto& pin : cons.pinned) {
+    const std::string& name = pin.first;  // clang 14 cannot capture a structured binding
     bool found = std::any_of(modules.begin(), modules.end(),
                              [&](const AllocModule& m) { return m.name == name; });
     if (!found) return err("allocation: pinned module '{}' is not among the modules", name);
