@@ -11,16 +11,20 @@
 #include <vector>
 
 #include "cli/convert_gptq.h"
+#include "cli/sensitivity_progress.h"
 #include "cli/verb.h"
 #include "convert/allocate_convert.h"
 #include "convert/convert.h"
 #include "convert/convert_db.h"
 #include "convert/rtn_quantizer.h"
+#include "eval/results_db.h"
 #include "io/staging_dir.h"
 #include "rotate/rotation_transform.h"
 
 namespace tq::cli {
 namespace {
+
+namespace fs = std::filesystem;
 
 struct ConvertArgs {
   std::string src, out;
@@ -124,24 +128,29 @@ Result<RotationOptions> rotation_options(const ConvertArgs& a) {
   return ro;
 }
 
-// rotation.json (and rotations.safetensors with --save-rotations) beside the published model.
-// Written after publication: a crash in between leaves a complete model whose tq_metadata.json
-// still records kind, seed, K and signs.
-Status write_rotation_files(const RotationTransform& t, const ConvertArgs& a) {
-  auto write = [&](const std::string& name, const std::string& bytes) -> Status {
-    const std::string path = a.out + "/" + name;
-    std::FILE* f = std::fopen(path.c_str(), "wb");
-    if (!f) return err("{}: cannot create", path);
-    const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-    if (std::fclose(f) != 0 || !ok) return err("{}: write failed", path);
-    return ok_status();
+// No --sensitivity: measure the table with `tq sensitivity`'s defaults, kept beside the results
+// database under the model's fingerprint; a later run (or a killed one) reuses it.
+Result<std::string> measured_sensitivity(const ConvertJob& job) {
+  const std::string fp = eval::model_fingerprint(job.source);
+  const std::string dir = fs::path(eval::default_results_db_path()).parent_path() / "sensitivity";
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) return err("{}: cannot create: {}", dir, ec.message());
+  SensitivityRunOptions so;
+  so.model = job.source.path;
+  so.out = fmt::format("{}/{:.16}-{}.json", dir, fp, dtype_name(job.plan.dtype));
+  so.dtype = job.plan.dtype == DType::kF32 ? "f32" : job.plan.dtype == DType::kF16 ? "f16" : "bf16";
+  so.resume = true;
+  std::fprintf(stderr,
+               "tq convert: no --sensitivity given: measuring it (tq sensitivity defaults) into "
+               "%s\n",
+               so.out.c_str());
+  auto log = [](const std::string& line) {
+    std::fprintf(stderr, "tq convert: sensitivity: %s\n", line.c_str());
   };
-  TQ_CHECK_OK(write("rotation.json", t.folder().rotation_json().dump(2) + "\n"));
-  if (a.save_rotations) {
-    TQ_TRY(std::string st, t.folder().rotations_safetensors());
-    TQ_CHECK_OK(write("rotations.safetensors", st));
-  }
-  return ok_status();
+  TQ_TRY(SensitivityRunResult r,
+         run_sensitivity(so, log, sensitivity_progress_printer("tq convert: sensitivity: ")));
+  return so.out;
 }
 
 Status run_convert_verb(const ConvertArgs& a) {
@@ -184,7 +193,7 @@ Status run_convert_verb(const ConvertArgs& a) {
   if (a.rotate) {
     TQ_TRY(RotationOptions ro, rotation_options(a));
     TQ_TRY(ModelSource src, open_model(a.src));  // the fold is planned on the source geometry
-    TQ_TRY(rotation, RotationTransform::create(src.config, ro));
+    TQ_TRY(rotation, RotationTransform::create(src.config, ro, a.save_rotations));
     transforms.push_back(rotation.get());
   }
   TQ_TRY(ConvertJob job, prepare_convert(o, transforms));
@@ -198,6 +207,9 @@ Status run_convert_verb(const ConvertArgs& a) {
     }
     req.allow_over = a.allow_over;
     req.sensitivity = a.sensitivity;
+    if (req.sensitivity.empty()) {
+      TQ_TRY(req.sensitivity, measured_sensitivity(job));
+    }
     TQ_TRY(alloc, allocate_convert_plan(job, req));
     allocation = alloc->record;
     o.extra_metadata["allocation"] = allocation;
@@ -271,7 +283,6 @@ Status run_convert_verb(const ConvertArgs& a) {
                         {"bytes_in_f32", s.bytes_in}};
     std::printf("%s\n", j.dump(2).c_str());
   }
-  if (rotation) TQ_CHECK_OK(write_rotation_files(*rotation, a));
   std::fprintf(stderr, "tq convert: wrote %s in %.1f s\n", a.out.c_str(), s.seconds);
   if (!a.no_db) {
     // The artifact is published: a database problem is a warning, not a failed conversion.
@@ -317,7 +328,7 @@ const bool kRegistered = register_verb({
       app.add_option("--target-size", a->target_size,
                      "allocate to this whole-model size (e.g. 90MB, 1.5GiB) instead");
       app.add_option("--sensitivity", a->sensitivity,
-                     "sensitivity.json from `tq sensitivity` (required with a target)");
+                     "sensitivity.json from `tq sensitivity` (default with a target: measured now with tq sensitivity's defaults and kept under $XDG_DATA_HOME/turboquant/sensitivity)");
       app.add_flag("--allow-over", a->allow_over,
                    "the allocation may exceed the target by up to 0.02 bpw");
       app.add_option("--db", a->db,

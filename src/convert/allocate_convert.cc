@@ -46,7 +46,7 @@ Result<AllocateOutcome> allocate_convert_plan(ConvertJob& job, const AllocateReq
   int pinned = 0;
   for (PlanEntry& e : plan.entries) {
     if (!e.kind->quantizable) continue;
-    if (e.decided_by != "default") {
+    if (e.pinned) {
       ++pinned;
       continue;
     }
@@ -67,12 +67,13 @@ Result<AllocateOutcome> allocate_convert_plan(ConvertJob& job, const AllocateReq
     a.scale_bytes = static_cast<int>(dtype_size(plan.dtype));
     // The table's bytes are at its own dtype; the plan's dtype decides the real size.
     for (const SpecKl& k : m->specs)
-      if (e.shape[1] % k.spec.group_size == 0)
+      if (e.shape[1] % k.spec.group_size == 0 && k.spec.bits >= e.min_bits)
         a.options.push_back(
             {k.spec, k.kl, quantized_bytes(k.spec, e.shape[0], e.shape[1], plan.dtype), true});
     if (a.options.empty())
-      return err("{}: module '{}' has no measured spec that fits its input width {}", path,
-                 e.module, e.shape[1]);
+      return err("{}: module '{}' has no measured spec that fits its input width {}{}", path,
+                 e.module, e.shape[1],
+                 e.min_bits ? fmt::format(" with at least {} bits (min_bits)", e.min_bits) : "");
     free_params += a.params;
     free_bytes += entry_bytes(e, plan.dtype);
     mods.push_back(std::move(a));

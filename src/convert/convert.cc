@@ -280,6 +280,10 @@ Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
   for (const auto& [key, value] : opts.extra_metadata.items()) meta[key] = value;
   TQ_CHECK_OK(stage.write_file("config.json", config_text));
   for (const auto& [name, text] : tok_files) TQ_CHECK_OK(stage.write_file(name, text));
+  for (const WeightTransform* t : job.transforms) {
+    TQ_TRY(auto sidecars, t->sidecar_files());
+    for (const auto& [name, bytes] : sidecars) TQ_CHECK_OK(stage.write_file(name, bytes));
+  }
   if (opts.record_timings)
     meta["timings"] = {{"apply_s", apply_s},
                        {"finish_s", seconds_since(t_write)},

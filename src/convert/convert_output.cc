@@ -53,9 +53,12 @@ json output_config(const ConvertJob& job) {
   }
   c["torch_dtype"] = torch_dtype_name(job.plan.dtype);
   if (c.contains("dtype")) c["dtype"] = torch_dtype_name(job.plan.dtype);
-  json q = job.plan.quantization_json();
-  c["quantization"] = q;
-  c["quantization_config"] = q;
+  // An all-float plan (--no-quantize) is a plain float checkpoint: no quantization block.
+  if (job.plan.any_quantized()) {
+    json q = job.plan.quantization_json();
+    c["quantization"] = q;
+    c["quantization_config"] = q;
+  }
   return c;
 }
 

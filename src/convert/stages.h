@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -31,6 +32,11 @@ class WeightTransform {
   virtual Status apply_globals(TensorMap& globals) = 0;          // may create lm_head (untie)
   virtual Status apply_layer(int64_t layer, TensorMap& layer_tensors) = 0;
   virtual nlohmann::json metadata() const = 0;  // goes into tq_metadata.json
+  // Extra files (name -> bytes) written into the staging directory, so they are published
+  // atomically with the model (e.g. rotation.json). Called once, after every layer is applied.
+  virtual Result<std::vector<std::pair<std::string, std::string>>> sidecar_files() const {
+    return std::vector<std::pair<std::string, std::string>>{};
+  }
 };
 
 // One quantized matrix as it is written: "<name>.weight" U32 (little-endian words), "<name>.scales"

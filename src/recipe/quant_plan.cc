@@ -126,6 +126,12 @@ json QuantPlan::quantization_json() const {
   return q;
 }
 
+bool QuantPlan::any_quantized() const {
+  for (const auto& e : entries)
+    if (e.kind->quantizable && e.spec) return true;
+  return false;
+}
+
 json QuantPlan::modules_json() const {
   json m = json::object();
   for (const auto& e : entries) {
@@ -156,7 +162,7 @@ Result<QuantPlan> build_plan(const ModelConfig& cfg, const PlanOptions& opts) {
   if (opts.recipe)
     for (const auto& r : opts.recipe->rules) rules.push_back(r);
   for (const auto& r : rules) {
-    if (r.keep_float) continue;
+    if (r.keep_float || r.min_bits) continue;
     Status st = validate_quant_spec(rule_spec(r, plan.global));
     if (!st.ok()) return err("{}: {}", r.where, st.error().message);
   }
@@ -175,6 +181,7 @@ Result<QuantPlan> build_plan(const ModelConfig& cfg, const PlanOptions& opts) {
     }
     e.module = t.name.substr(0, t.name.rfind('.'));
     const RecipeRule* chosen = nullptr;
+    const RecipeRule* min_rule = nullptr;
     for (size_t i = 0; i < rules.size(); ++i) {
       const RecipeRule& r = rules[i];
       if (!r.layers.empty() &&
@@ -182,7 +189,11 @@ Result<QuantPlan> build_plan(const ModelConfig& cfg, const PlanOptions& opts) {
         continue;
       if (!r.match.matches(e.module, t.kind->role)) continue;
       used[i] = true;
-      if (!chosen) chosen = &r;
+      if (r.min_bits) {
+        if (*r.min_bits > e.min_bits) e.min_bits = *r.min_bits, min_rule = &r;
+      } else if (!chosen) {
+        chosen = &r;
+      }
     }
     if (!chosen) {
       e.spec = plan.global;
@@ -190,6 +201,16 @@ Result<QuantPlan> build_plan(const ModelConfig& cfg, const PlanOptions& opts) {
     } else {
       if (!chosen->keep_float) e.spec = rule_spec(*chosen, plan.global);
       e.decided_by = chosen->where;
+      e.pinned = true;
+    }
+    if (e.spec && e.spec->bits < e.min_bits) {
+      if (e.spec->mode != QuantMode::kAffine)
+        return err("{}: min_bits {} but {} is {} ({} bits); pin it with a rule instead",
+                   min_rule->where, e.min_bits, e.module, quant_spec_str(*e.spec), e.spec->bits);
+      e.spec->bits = e.min_bits;
+      e.decided_by = min_rule->where;
+      Status st = validate_quant_spec(*e.spec);
+      if (!st.ok()) return err("{}: {}", min_rule->where, st.error().message);
     }
     plan.entries.push_back(std::move(e));
   }

@@ -30,6 +30,8 @@ struct PlanEntry {
   int64_t layer = -1;             // -1: outside the decoder layers
   std::optional<QuantSpec> spec;  // set: quantized; else written as float in the plan dtype
   std::string decided_by;         // "default", "recipe.json rule 2", "not quantizable", ...
+  int min_bits = 0;               // from "min_bits" recipe rules (allocation honours it)
+  bool pinned = false;            // a rule or --keep-float decided it (allocation keeps it)
 };
 
 struct PlanOptions {
@@ -57,6 +59,7 @@ struct QuantPlan {
   std::map<std::string, QuantSpec> overrides() const;
   // The `quantization` object of config.json (global + one full dict per override).
   nlohmann::json quantization_json() const;
+  bool any_quantized() const;  // false for an all-float plan (--no-quantize)
   // Every quantizable module: its spec as {mode, bits, group_size}, or "float".
   nlohmann::json modules_json() const;
 };

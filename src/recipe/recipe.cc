@@ -61,8 +61,9 @@ Result<RecipeRule> parse_rule(const json& o, const std::string& where) {
   if (!o.is_object()) return err("{}: a rule must be an object, got {}", where, o.dump());
   for (const auto& [k, v] : o.items())
     if (k != "match" && k != "layers" && k != "float" && k != "bits" && k != "group_size" &&
-        k != "mode")
-      return err("{}: unknown key '{}' (match, layers, float, bits, group_size, mode)", where, k);
+        k != "mode" && k != "min_bits")
+      return err("{}: unknown key '{}' (match, layers, float, bits, group_size, mode, min_bits)",
+                 where, k);
   auto m = o.find("match");
   if (m == o.end() || !m->is_string() || m->get<std::string>().empty())
     return err("{}: 'match' (a glob, \"re:REGEX\" or \"role:NAME\") is required", where);
@@ -84,10 +85,21 @@ Result<RecipeRule> parse_rule(const json& o, const std::string& where) {
   TQ_TRY(r.mode, opt_mode(o, where));
   TQ_TRY(r.bits, opt_int(o, "bits", where));
   TQ_TRY(r.group_size, opt_int(o, "group_size", where));
+  TQ_TRY(r.min_bits, opt_int(o, "min_bits", where));
+  if (r.min_bits) {
+    if (r.keep_float || r.mode || r.bits || r.group_size)
+      return err("{}: a \"min_bits\" rule is a constraint only (no float, mode, bits, group_size)",
+                 where);
+    if (*r.min_bits < 1 || *r.min_bits > 8)
+      return err("{}: min_bits must be 1..8, got {}", where, *r.min_bits);
+    return r;
+  }
   if (r.keep_float && (r.mode || r.bits || r.group_size))
     return err("{}: a rule with \"float\": true takes no mode, bits or group_size", where);
   if (!r.keep_float && !r.mode && !r.bits && !r.group_size)
-    return err("{}: a rule needs \"float\": true or at least one of mode, bits, group_size", where);
+    return err("{}: a rule needs \"float\": true, \"min_bits\" or at least one of mode, bits, "
+               "group_size",
+               where);
   return r;
 }
 
@@ -145,6 +157,7 @@ json Recipe::to_json() const {
   json out = json::array();
   for (const auto& r : rules) {
     json o = r.keep_float ? json{{"float", true}} : spec_fields_json(r.mode, r.bits, r.group_size);
+    if (r.min_bits) o["min_bits"] = *r.min_bits;
     o["match"] = r.match.text();
     if (!r.layers.empty()) o["layers"] = r.layers;
     out.push_back(std::move(o));

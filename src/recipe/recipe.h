@@ -48,6 +48,9 @@ struct RecipeRule {
   bool keep_float = false;
   std::optional<QuantMode> mode;
   std::optional<int> bits, group_size;
+  // A constraint rule ({"match": …, "min_bits": N}) decides no spec: it raises an affine spec
+  // below N bits to N, and allocation (--target-bpw) only chooses specs of at least N bits.
+  std::optional<int> min_bits;
   bool required = true;  // a rule that matches no module is an error (presets: not required)
   std::string where;     // "recipe.json rule 2", "--keep-float 'lm_head'"
 };

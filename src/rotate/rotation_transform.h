@@ -13,8 +13,10 @@ namespace tq {
 
 class RotationTransform : public WeightTransform {
  public:
+  // save_matrices: also write rotations.safetensors (R1 and every layer's R2) as a sidecar.
   static Result<std::unique_ptr<RotationTransform>> create(const ModelConfig& source,
-                                                           const RotationOptions& opts);
+                                                           const RotationOptions& opts,
+                                                           bool save_matrices = false);
 
   std::vector<std::string> describe() const override { return describe_plan(folder_.plan()); }
   Status edit_config(nlohmann::json& config) const override {
@@ -23,12 +25,16 @@ class RotationTransform : public WeightTransform {
   Status apply_globals(TensorMap& globals) override { return folder_.apply_globals(globals); }
   Status apply_layer(int64_t layer, TensorMap& t) override { return folder_.apply_layer(layer, t); }
   nlohmann::json metadata() const override { return folder_.metadata(); }
+  // rotation.json (+ rotations.safetensors when save_matrices).
+  Result<std::vector<std::pair<std::string, std::string>>> sidecar_files() const override;
 
   const Folder& folder() const { return folder_; }
 
  private:
-  explicit RotationTransform(Folder f) : folder_(std::move(f)) {}
+  RotationTransform(Folder f, bool save_matrices)
+      : folder_(std::move(f)), save_matrices_(save_matrices) {}
   Folder folder_;
+  bool save_matrices_ = false;
 };
 
 }  // namespace tq

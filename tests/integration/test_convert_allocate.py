@@ -120,7 +120,6 @@ def test_target_size_and_no_db(env, tmp_path):
 def test_bad_sensitivity_files(env, tmp_path):
     src, sens = env["src"], env["sens"]
     base = [src, "--target-bpw", "4.5", "--dry-run"]
-    one_line_error(tq("convert", *base, ok=False), "tq sensitivity")
 
     t = json.loads(sens.read_text())
     t["model_fingerprint"] = "0" * 64
@@ -145,3 +144,35 @@ def test_bad_sensitivity_files(env, tmp_path):
 
     one_line_error(tq("convert", src, "--target-bpw", "1.0", "--sensitivity", sens, "--dry-run",
                       ok=False), "below the smallest plan", "bpw")
+
+
+def test_sensitivity_measured_when_absent(env, tmp_path):
+    """No --sensitivity: the table is measured with tq sensitivity's defaults under
+    $XDG_DATA_HOME/turboquant/sensitivity and reused by the next run."""
+    xdg = Path(os.environ["XDG_DATA_HOME"])
+    cmd = [TQ_BIN, "convert", str(env["src"]), "--target-bpw", "4.5", "--dtype", "bf16",
+           "--dry-run", "--json"]
+    first = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr
+    tables = list((xdg / "turboquant" / "sensitivity").glob("*.json"))
+    assert len(tables) == 1, tables
+    assert "modules x" in first.stderr  # it measured
+    plan = json.loads(first.stdout)
+    assert plan["allocation"]["sensitivity"]["path"] == str(tables[0])
+    assert 4.48 <= plan["bpw"] <= 4.5
+    second = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr
+    assert "modules x" not in second.stderr  # every module was already measured
+    assert json.loads(second.stdout)["modules"] == plan["modules"]
+
+
+def test_min_bits_rules_are_honoured_by_allocation(env, tmp_path):
+    recipe = tmp_path / "min.json"
+    recipe.write_text(json.dumps({"rules": [{"match": "role:mlp_down", "min_bits": 6}]}))
+    r = tq("convert", env["src"], "--target-bpw", "4.0", "--dtype", "bf16", "--dry-run", "--json",
+           "--sensitivity", env["sens"], "--recipe", recipe)
+    plan = json.loads(r.stdout)
+    downs = {m: s for m, s in plan["modules"].items() if m.endswith("mlp.down_proj")}
+    assert downs and all(s != "float" and s["bits"] >= 6 for s in downs.values()), downs
+    assert plan["allocation"]["free_modules"] == len(plan["modules"])  # a minimum pins nothing
+    assert 3.98 <= plan["bpw"] <= 4.0

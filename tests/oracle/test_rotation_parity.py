@@ -83,6 +83,7 @@ def check_model(src, windows, work: pathlib.Path, what, ref_src, run_ref, **fold
     cfg = json.loads((f32 / "config.json").read_text())
     assert cfg["tie_word_embeddings"] is False
     assert json.loads((f32 / "rotation.json").read_text())["steps"][-1] in ("r1", "r2")
+    assert "quantization" not in cfg and "quantization_config" not in cfg  # a float model
 
     mlx_f32 = run_ref(f32, windows, work / "mlx_f32")
     mlx_bf16 = run_ref(bf16, windows, work / "mlx_bf16")

@@ -266,4 +266,42 @@ TEST(QuantPlan, MixedPresetsFollowMlxLm) {
 }
 
 }  // namespace
+TEST(QuantPlan, MinBitsRulesRaiseAffineSpecsAndDoNotPin) {
+  auto r = parse_recipe(nlohmann::json::parse(R"({"bits": 3, "rules": [
+      {"match": "role:attn_v", "min_bits": 5},
+      {"match": "role:mlp_down", "bits": 2},
+      {"match": "role:mlp_down", "min_bits": 4}]})"),
+                        "m.json");
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  PlanOptions o;
+  o.dtype = DType::kBF16;
+  o.recipe = *r;
+  auto p = build_plan(tiny(), o);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  const PlanEntry& v = entry(*p, "model.layers.1.self_attn.v_proj.weight");
+  EXPECT_EQ(v.spec->bits, 5);
+  EXPECT_EQ(v.min_bits, 5);
+  EXPECT_FALSE(v.pinned);  // allocation still chooses it (among >= 5 bits)
+  const PlanEntry& d = entry(*p, "model.layers.0.mlp.down_proj.weight");
+  EXPECT_EQ(d.spec->bits, 4);  // the pinning rule says 2, the minimum wins
+  EXPECT_TRUE(d.pinned);
+  EXPECT_EQ(entry(*p, "model.layers.0.self_attn.q_proj.weight").spec->bits, 3);
+  EXPECT_EQ(r->to_json()["rules"][0]["min_bits"], 5);
+
+  // A minimum above an fp mode's fixed width, and bad rules, are one-line errors.
+  o.recipe.reset();
+  o.mode = QuantMode::kMxfp4;
+  auto fp = parse_recipe(nlohmann::json::parse(R"({"rules": [
+      {"match": "role:attn_v", "min_bits": 6}]})"), "f.json");
+  ASSERT_TRUE(fp.ok());
+  o.recipe = *fp;
+  EXPECT_NE(plan_error(tiny(), o).find("min_bits 6"), std::string::npos);
+  for (const char* bad : {R"({"rules": [{"match": "*", "min_bits": 9}]})",
+                          R"({"rules": [{"match": "*", "min_bits": 4, "bits": 3}]})"}) {
+    auto b = parse_recipe(nlohmann::json::parse(bad), "b.json");
+    ASSERT_FALSE(b.ok()) << bad;
+    EXPECT_NE(b.error().message.find("min_bits"), std::string::npos) << b.error().message;
+  }
+}
+
 }  // namespace tq

@@ -65,10 +65,11 @@ TEST(Recipe, RejectsMalformedRecipesWithOneLine) {
   EXPECT_EQ(parse_error(R"({"rules": [{"match": "x", "float": true, "bits": 4}]})"),
             "r.json rule 1: a rule with \"float\": true takes no mode, bits or group_size");
   EXPECT_EQ(parse_error(R"({"rules": [{"match": "x"}]})"),
-            "r.json rule 1: a rule needs \"float\": true or at least one of mode, bits, "
-            "group_size");
+            "r.json rule 1: a rule needs \"float\": true, \"min_bits\" or at least one of mode, "
+            "bits, group_size");
   EXPECT_EQ(parse_error(R"({"rules": [{"match": "x", "bitz": 4}]})"),
-            "r.json rule 1: unknown key 'bitz' (match, layers, float, bits, group_size, mode)");
+            "r.json rule 1: unknown key 'bitz' (match, layers, float, bits, group_size, mode, "
+            "min_bits)");
   EXPECT_EQ(parse_error(R"({"rules": [{"match": "x", "mode": "int4"}]})"),
             "r.json rule 1: unknown mode 'int4' (affine, mxfp4, nvfp4, mxfp8)");
   EXPECT_EQ(parse_error(R"({"bits": "4"})"), "r.json: 'bits' must be an integer, got \"4\"");

@@ -1,0 +1,49 @@
+// The `tq sensitivity` job as a library call, so `tq convert --target-bpw` can measure the table
+// itself when no --sensitivity file is given. Writes the table atomically after every module:
+// a killed run resumed with the same options repeats no finished module.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/result.h"
+#include "recipe/sensitivity.h"
+
+namespace tq {
+
+struct SensitivityRunOptions {
+  std::string model;
+  std::string calib;  // a text file or a directory of .txt; empty: the SOTU corpus in the cache
+  std::string out = "sensitivity.json";
+  std::string bits = "2,3,4,5,6,8";  // affine widths, comma-separated
+  std::string modes = "affine";      // comma-separated
+  std::string dtype = "bf16";
+  int64_t seq_len = 128, windows = 2;
+  int group_size = 64;
+  std::vector<std::string> only;  // module-name substrings
+  bool resume = false;
+};
+
+struct SensitivityProgress {
+  int64_t done = 0, total = 0;
+  std::string module;
+  double elapsed_s = 0, eta_s = 0;
+};
+
+struct SensitivityRunResult {
+  SensitivityTable table;
+  int64_t measured_modules = 0;  // measured by this run (not resumed)
+  double seconds = 0;
+};
+
+// The SOTU corpus directory the setup script installs.
+std::string default_sensitivity_calib();
+
+// `log` gets one-off lines (plan, reference pass); `progress` gets a call after every spec.
+Result<SensitivityRunResult> run_sensitivity(
+    const SensitivityRunOptions& o, const std::function<void(const std::string&)>& log,
+    const std::function<void(const SensitivityProgress&)>& progress);
+
+}  // namespace tq
