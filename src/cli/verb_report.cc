@@ -14,7 +14,7 @@ namespace {
 
 struct ReportOptions {
   std::string db, out = "report.html";
-  bool json = false;
+  bool json = false, table = false;
 };
 
 Status run_report(const ReportOptions& o) {
@@ -36,6 +36,7 @@ Status run_report(const ReportOptions& o) {
   if (ec) return err("{}: cannot rename {} over it: {}", o.out, tmp, ec.message());
   size_t arms = 0;
   for (const auto& g : groups) arms += g.arms.size();
+  if (o.table) fmt::print("{}", eval::render_report_text(groups));
   if (o.json)
     fmt::print("{}\n", nlohmann::json{{"output", o.out},
                                       {"runs", runs.size()},
@@ -56,6 +57,9 @@ const bool kRegistered = register_verb(
                       "Results database (default: $XDG_DATA_HOME/turboquant/results.sqlite)");
        app.add_option("-o,--output", o->out, "HTML file to write")->capture_default_str();
        app.add_flag("--json", o->json, "Print one JSON object");
+       app.add_flag("--table", o->table,
+                    "Also print the arms as plain-text tables (artifact, recipe, bpw, MB, PPL, "
+                    "mean KL, top-1, KL Pareto)");
        return [o] { return run_report(*o); };
      }});
 

@@ -85,8 +85,21 @@ std::optional<double> ReportArm::mean_kl() const {
     return (*kl)["mean_kl"].get<double>();
   return std::nullopt;
 }
+// A `tq ppl` row when there is one, else the candidate side of the `tq kl` row (same protocol).
 std::optional<double> ReportArm::ppl_value() const {
   if (ppl && ppl->contains("ppl") && (*ppl)["ppl"].is_number()) return (*ppl)["ppl"].get<double>();
+  if (kl && kl->contains("ppl_candidate") && (*kl)["ppl_candidate"].is_number())
+    return (*kl)["ppl_candidate"].get<double>();
+  return std::nullopt;
+}
+std::optional<double> ReportArm::ppl_se() const {
+  if (ppl && ppl->contains("ppl")) {
+    if (ppl->contains("ppl_se") && (*ppl)["ppl_se"].is_number())
+      return (*ppl)["ppl_se"].get<double>();
+    return std::nullopt;
+  }
+  if (kl && kl->contains("ppl_candidate_se") && (*kl)["ppl_candidate_se"].is_number())
+    return (*kl)["ppl_candidate_se"].get<double>();
   return std::nullopt;
 }
 

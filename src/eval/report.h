@@ -37,6 +37,7 @@ struct ReportArm {
   std::optional<double> bpw() const;
   std::optional<double> mean_kl() const;
   std::optional<double> ppl_value() const;
+  std::optional<double> ppl_se() const;
 };
 
 struct ReportGroup {
@@ -52,6 +53,9 @@ std::vector<ReportGroup> gather_report(const std::vector<RunRecord>& runs,
 // Indices of the Pareto points among (x, y): no other point has x' <= x and y' <= y with one
 // of them strict.
 std::vector<bool> pareto_front(const std::vector<std::pair<double, double>>& pts);
+
+// The arms as aligned plain-text tables (one per source model), for terminals and scripts/demo.
+std::string render_report_text(const std::vector<ReportGroup>& groups);
 
 std::string render_report_html(const std::vector<ReportGroup>& groups, const std::string& db_path,
                                const std::string& generated_utc);

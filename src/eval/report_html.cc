@@ -182,7 +182,7 @@ std::string group_html(const ReportGroup& g, size_t index) {
       if (kl_pts[i].artifact == a.artifact) on_front = kl_front[i];
     auto top1 = field(a.kl, "top1_agreement");
     std::string ppl = a.ppl_value() ? fmt::format("{:.3f} ± {:.3f}", *a.ppl_value(),
-                                                  field(a.ppl, "ppl_se").value_or(0))
+                                                  a.ppl_se().value_or(0))
                                     : "—";
     s += fmt::format(
         "<tr><td title=\"{0}\">{1}</td><td>{2}</td><td>{3}</td><td>{4}</td><td>{5}</td>"
