@@ -127,6 +127,19 @@ def test_report_has_one_point_per_artifact_and_renders(db, tmp_path):
     assert png_is_not_blank(shot)
 
 
+def test_report_table_has_one_row_per_artifact(db, tmp_path):
+    r = tq("report", "--db", db["db"], "-o", tmp_path / "r.html", "--table")
+    lines = r.stdout.splitlines()
+    assert lines[0] == f"source: {db['arms'][0]}"
+    assert lines[1].split()[:3] == ["artifact", "recipe", "bpw"]
+    rows = {ln.split()[0]: ln for ln in lines[2:] if not ln.startswith("wrote ")}
+    assert set(rows) == {a.name for a in db["arms"]}
+    for a in db["arms"][1:]:  # quantized arms: bpw, PPL and KL; all on the front here
+        bpw = json.loads(tq("inspect", a, "--json").stdout)["bpw"]
+        assert f"{bpw:.3f}" in rows[a.name] and rows[a.name].rstrip().endswith("*")
+    assert rows["base-f32"].split()[-1] != "*"  # the source has no KL against itself
+
+
 def test_report_of_a_missing_db_is_one_clear_line(tmp_path):
     r = subprocess.run([TQ_BIN, "report", "--db", tmp_path / "none.sqlite", "-o",
                         tmp_path / "r.html"], capture_output=True, text=True)
