@@ -16,9 +16,12 @@
 #include "convert/allocate_convert.h"
 #include "convert/convert.h"
 #include "convert/convert_db.h"
+#include "convert/fold_float.h"
 #include "convert/rtn_quantizer.h"
 #include "eval/results_db.h"
 #include "io/staging_dir.h"
+#include "recipe/sensitivity_run.h"
+#include "rotate/rotation.h"
 #include "rotate/rotation_transform.h"
 
 namespace tq::cli {
@@ -130,7 +133,8 @@ Result<RotationOptions> rotation_options(const ConvertArgs& a) {
 
 // No --sensitivity: measure the table with `tq sensitivity`'s defaults, kept beside the results
 // database under the model's fingerprint; a later run (or a killed one) reuses it.
-Result<std::string> measured_sensitivity(const ConvertJob& job) {
+Result<std::string> measured_sensitivity(const ConvertJob& job,
+                                         const std::optional<RotationOptions>& rotation) {
   const std::string fp = eval::model_fingerprint(job.source);
   const std::string dir = fs::path(eval::default_results_db_path()).parent_path() / "sensitivity";
   std::error_code ec;
@@ -138,7 +142,11 @@ Result<std::string> measured_sensitivity(const ConvertJob& job) {
   if (ec) return err("{}: cannot create: {}", dir, ec.message());
   SensitivityRunOptions so;
   so.model = job.source.path;
-  so.out = fmt::format("{}/{:.16}-{}.json", dir, fp, dtype_name(job.plan.dtype));
+  so.out = fmt::format("{}/{:.16}-{}{}.json", dir, fp, dtype_name(job.plan.dtype),
+                       rotation ? fmt::format("-rot-{}-{}-{}", rotation_kind_name(rotation->r1),
+                                              rotation_kind_name(rotation->r2), rotation->seed)
+                                : "");
+  so.rotation = rotation;
   so.dtype = job.plan.dtype == DType::kF32 ? "f32" : job.plan.dtype == DType::kF16 ? "f16" : "bf16";
   so.resume = true;
   std::fprintf(stderr,
@@ -184,10 +192,8 @@ Status run_convert_verb(const ConvertArgs& a) {
     return err(
         "--target-bpw/--target-size choose each module's spec from the sensitivity "
         "table; drop --bits/--mode/--group-size (pin modules with a recipe instead)");
-  if (allocating && (a.rotate || a.no_quantize))
-    return err(
-        "--target-bpw/--target-size: the sensitivity table is measured without rotation; "
-        "drop --rotate-weights/--no-quantize");
+  if (allocating && a.no_quantize)
+    return err("--target-bpw/--target-size choose quantized specs; drop --no-quantize");
   std::unique_ptr<RotationTransform> rotation;
   std::vector<WeightTransform*> transforms;
   if (a.rotate) {
@@ -207,8 +213,13 @@ Status run_convert_verb(const ConvertArgs& a) {
     }
     req.allow_over = a.allow_over;
     req.sensitivity = a.sensitivity;
+    std::optional<RotationOptions> ro;
+    if (a.rotate) {
+      TQ_TRY(ro, rotation_options(a));
+      req.rotation = rotation_identity(*ro);
+    }
     if (req.sensitivity.empty()) {
-      TQ_TRY(req.sensitivity, measured_sensitivity(job));
+      TQ_TRY(req.sensitivity, measured_sensitivity(job, ro));
     }
     TQ_TRY(alloc, allocate_convert_plan(job, req));
     allocation = alloc->record;

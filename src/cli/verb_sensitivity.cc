@@ -16,6 +16,7 @@
 #include "eval/eval_model.h"
 #include "io/json_parse.h"
 #include "cli/sensitivity_progress.h"
+#include "rotate/rotation.h"
 
 namespace tq::cli {
 namespace {
@@ -24,6 +25,8 @@ namespace fs = std::filesystem;
 
 struct SensOptions : SensitivityRunOptions {
   bool rotate_weights = false, json = false;
+  std::string r1 = "hadamard", r2 = "hadamard";
+  uint64_t seed = 0;
 };
 
 std::string mmss(double s) {
@@ -55,8 +58,20 @@ std::function<void(const SensitivityProgress&)> sensitivity_progress_printer(con
 
 namespace {
 
-Status run_sensitivity_verb(const SensOptions& o) {
-  if (o.rotate_weights) return err("--rotate-weights: rotation is not available in this build yet");
+Status run_sensitivity_verb(SensOptions o) {
+  if (o.rotate_weights) {
+    RotationOptions ro;
+    auto r1 = parse_rotation_kind(o.r1);
+    if (!r1.ok()) return err("--r1: {}", r1.error().message);
+    auto r2 = parse_rotation_kind(o.r2);
+    if (!r2.ok()) return err("--r2: {}", r2.error().message);
+    ro.r1 = *r1;
+    ro.r2 = *r2;
+    ro.seed = o.seed;
+    o.rotation = ro;
+  } else if (o.r1 != "hadamard" || o.r2 != "hadamard" || o.seed != 0) {
+    return err("--r1/--r2/--seed only apply with --rotate-weights");
+  }
   auto log = [](const std::string& line) { fmt::print(stderr, "sensitivity: {}\n", line); };
   TQ_TRY(SensitivityRunResult r,
          run_sensitivity(o, log, sensitivity_progress_printer("sensitivity: ")));
@@ -103,7 +118,14 @@ const bool kRegistered = register_verb(
                       "'layers.3.' or 'embed_tokens'; later runs with --resume add the rest");
        app.add_flag("--resume", o->resume, "Continue an interrupted run of the same options");
        app.add_flag("--rotate-weights", o->rotate_weights,
-                    "Measure on the rotated model (not available yet)");
+                    "Measure on the rotation-folded model (as tq convert --rotate-weights; the "
+                    "table then only serves conversions with the same rotation)");
+       app.add_option("--r1", o->r1, "With --rotate-weights: hadamard, random or none")
+           ->capture_default_str();
+       app.add_option("--r2", o->r2, "With --rotate-weights: hadamard, random or none")
+           ->capture_default_str();
+       app.add_option("--seed", o->seed, "With --rotate-weights: rotation seed")
+           ->capture_default_str();
        app.add_flag("--json", o->json, "Print one JSON object");
        return [o] { return run_sensitivity_verb(*o); };
      }});

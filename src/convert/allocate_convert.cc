@@ -38,6 +38,17 @@ Result<AllocateOutcome> allocate_convert_plan(ConvertJob& job, const AllocateReq
         "run `tq sensitivity {}` for it",
         path, table.model, table.model_fingerprint, job.source.path, fp, job.source.path);
 
+  if (table.rotation != req.rotation) {
+    auto desc = [](const nlohmann::json& r) {
+      return r.is_null() ? std::string("no rotation")
+                         : fmt::format("rotation r1={} r2={} seed={}", r.value("r1", "?"),
+                                       r.value("r2", "?"), r.value("seed", 0));
+    };
+    return err("{}: measured with {} but this conversion folds {}; measure it with the same "
+               "`tq sensitivity {}{}`",
+               path, desc(table.rotation), desc(req.rotation), job.source.path,
+               req.rotation.is_null() ? "" : " --rotate-weights …");
+  }
   QuantPlan& plan = job.plan;
   const SizeStats before = plan.size();
   std::vector<AllocModule> mods;

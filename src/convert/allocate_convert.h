@@ -20,6 +20,9 @@ struct AllocateRequest {
   uint64_t target_bytes = 0;  // or a whole-model size in bytes
   bool allow_over = false;
   std::string sensitivity;  // sensitivity.json path (required)
+  // The rotation the conversion folds (rotation_identity), null for none: the table must
+  // have been measured under the same one.
+  nlohmann::json rotation;
 };
 
 struct AllocateOutcome {

@@ -64,6 +64,10 @@ Result<SensitivityTable> parse(const json& j, const std::string& path) {
   t.params_total = j.at("params_total").get<uint64_t>();
   t.fixed_params = j.at("fixed_params").get<uint64_t>();
   t.fixed_bytes = j.at("fixed_bytes").get<uint64_t>();
+  if (auto r = j.find("rotation"); r != j.end() && !r->is_null()) {
+    if (!r->is_object()) return err("{}: 'rotation' must be null or an object", path);
+    t.rotation = *r;
+  }
   for (const json& m : j.at("modules")) {
     ModuleSensitivity ms;
     ms.name = m.at("name").get<std::string>();
@@ -137,6 +141,7 @@ json sensitivity_to_json(const SensitivityTable& t) {
           {"params_total", t.params_total},
           {"fixed_params", t.fixed_params},
           {"fixed_bytes", t.fixed_bytes},
+          {"rotation", t.rotation},
           {"modules", mods}};
 }
 

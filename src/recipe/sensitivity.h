@@ -17,6 +17,8 @@
 //   "specs": [{"mode": "affine", "bits": 4, "group_size": 64}, ...],
 //   "params_total": N,                     // every tensor of the model (logical)
 //   "fixed_params": n, "fixed_bytes": b,   // tensors that are never quantized, at dtype
+//   "rotation": null | {"r1": "hadamard", "r2": "hadamard", "seed": 0},  // measured on the
+//                                          // rotation-folded model (absent in older files: null)
 //   "modules": [                           // model order; only finished modules appear
 //     {"name": "model.layers.0.self_attn.q_proj", "role": "attn_q", "layer": 0,
 //      "shape": [576, 576], "params": 331776, "float_bytes": 663552, "seconds": 12.3,
@@ -80,6 +82,9 @@ struct SensitivityTable {
   uint64_t params_total = 0;
   uint64_t fixed_params = 0;
   uint64_t fixed_bytes = 0;
+  // null: measured on the source as it is; else the rotation folded in first
+  // ({"r1": "hadamard", "r2": "hadamard", "seed": 0}), which --rotate-weights must match.
+  nlohmann::json rotation;
   std::vector<ModuleSensitivity> modules;
 
   const ModuleSensitivity* find(const std::string& name) const;

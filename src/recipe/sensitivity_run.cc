@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "base/sha256.h"
+#include "convert/fold_float.h"
 #include "eval/eval_model.h"
 #include "io/json_parse.h"
 #include "recipe/sensitivity_measure.h"
@@ -105,6 +106,7 @@ Status check_resumable(const SensitivityTable& old, const SensitivityTable& now,
   if (old.calibration != now.calibration) return mismatch("calibration");
   if (old.specs != now.specs) return mismatch("spec list");
   if (old.dtype != now.dtype) return mismatch("dtype");
+  if (old.rotation != now.rotation) return mismatch("rotation");
   return ok_status();
 }
 
@@ -120,18 +122,32 @@ Result<SensitivityRunResult> run_sensitivity(
   TQ_TRY(std::vector<int> bits, parse_bits(o.bits));
   TQ_TRY(std::vector<QuantSpec> specs, candidate_specs(split(o.modes), bits, o.group_size));
   TQ_TRY(eval::EvalModel m, eval::open_eval_model(o.model));
+  const std::string fingerprint = m.fingerprint;  // always the source's: convert checks it
+  std::string folded_dir;
+  struct RemoveDir {
+    std::string* dir;
+    ~RemoveDir() {
+      std::error_code ec;
+      if (!dir->empty()) fs::remove_all(*dir, ec);
+    }
+  } remove_folded{&folded_dir};
+  // The folded model's geometry: the same but untied (the fold clones the embedding into
+  // lm_head); its weights are written only when something is left to measure.
+  ModelConfig cfg = m.src.config;
+  if (o.rotation) cfg.tie_word_embeddings = false;
 
   SensitivityRunResult r;
   SensitivityTable& t = r.table;
   t.model = o.model;
-  t.model_fingerprint = m.fingerprint;
+  t.model_fingerprint = fingerprint;
+  if (o.rotation) t.rotation = rotation_identity(*o.rotation);
   t.family = std::string(family_name(m.src.config.family));
-  t.tie_word_embeddings = m.src.config.tie_word_embeddings;
+  t.tie_word_embeddings = cfg.tie_word_embeddings;
   t.dtype = *dt;
   t.specs = specs;
   TQ_TRY(CalibWindows calib, calibration(m, o, &t.calibration));
-  std::vector<ModuleSensitivity> todo = quantizable_modules(m.src.config, t.dtype);
-  for (const TensorSpec& s : expected_tensors(m.src.config)) {
+  std::vector<ModuleSensitivity> todo = quantizable_modules(cfg, t.dtype);
+  for (const TensorSpec& s : expected_tensors(cfg)) {
     const uint64_t p = static_cast<uint64_t>(shape_numel(s.shape));
     t.params_total += p;
     bool is_module = std::any_of(todo.begin(), todo.end(), [&](const ModuleSensitivity& x) {
@@ -156,7 +172,7 @@ Result<SensitivityRunResult> run_sensitivity(
     return !wanted || t.find(x.name) != nullptr;
   });
   // Keep the file in model order whatever was finished before.
-  const std::vector<ModuleSensitivity> order = quantizable_modules(m.src.config, t.dtype);
+  const std::vector<ModuleSensitivity> order = quantizable_modules(cfg, t.dtype);
   auto model_order = [&](SensitivityTable& tab) {
     std::vector<ModuleSensitivity> sorted;
     for (const auto& x : order)
@@ -169,6 +185,12 @@ Result<SensitivityRunResult> run_sensitivity(
   }
   log(fmt::format("{} modules x {} specs to measure ({} done), {} windows x {} tokens",
                   todo.size(), specs.size(), t.modules.size(), calib.count, calib.seq_len));
+  if (o.rotation) {
+    folded_dir = o.out + ".folded";
+    log(fmt::format("folding the rotation into {}", folded_dir));
+    TQ_CHECK_OK(write_folded_float(o.model, *o.rotation, folded_dir));
+    TQ_TRY(m, eval::open_eval_model(folded_dir));
+  }
   TQ_TRY(std::unique_ptr<LayerRunner> runner, LayerRunner::load(m.src));
   m.src.tensors.reset();  // the runner holds its own f32 copy
   using Clock = std::chrono::steady_clock;

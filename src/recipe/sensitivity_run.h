@@ -5,11 +5,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "base/result.h"
 #include "recipe/sensitivity.h"
+#include "rotate/fold_plan.h"
 
 namespace tq {
 
@@ -24,6 +26,8 @@ struct SensitivityRunOptions {
   int group_size = 64;
   std::vector<std::string> only;  // module-name substrings
   bool resume = false;
+  // Measure on the rotation-folded model (folded to "<out>.folded/" first, removed after).
+  std::optional<RotationOptions> rotation;
 };
 
 struct SensitivityProgress {

@@ -176,3 +176,29 @@ def test_min_bits_rules_are_honoured_by_allocation(env, tmp_path):
     assert downs and all(s != "float" and s["bits"] >= 6 for s in downs.values()), downs
     assert plan["allocation"]["free_modules"] == len(plan["modules"])  # a minimum pins nothing
     assert 3.98 <= plan["bpw"] <= 4.0
+
+
+def test_rotated_allocation_needs_a_rotated_table(env, tmp_path):
+    """tq sensitivity --rotate-weights measures on the folded model (untied: lm_head appears);
+    tq convert --rotate-weights --target-bpw uses it, and refuses a table of the other kind."""
+    src, calib = env["src"], env["root"] / "calib.txt"
+    rot = tmp_path / "rot.json"
+    tq("sensitivity", src, "--calib", calib, "--windows", "2", "--seq-len", "32", "--bits",
+       "2,3,4,5,6,8", "--rotate-weights", "--seed", "3", "-o", rot)
+    t = json.loads(rot.read_text())
+    assert t["rotation"] == {"r1": "hadamard", "r2": "hadamard", "seed": 3}
+    assert t["tie_word_embeddings"] is False
+    assert "lm_head" in [m["name"] for m in t["modules"]]
+    assert not (tmp_path / "rot.json.folded").exists()  # the folded copy is removed
+    out = tmp_path / "rot-alloc"
+    tq("convert", src, "-o", out, "--target-bpw", "4.0", "--dtype", "bf16", "--rotate-weights",
+       "--seed", "3", "--sensitivity", rot, "--no-db")
+    meta = json.loads((out / "tq_metadata.json").read_text())
+    assert 3.98 <= meta["allocation"]["achieved_bpw"] <= 4.0
+    assert (out / "rotation.json").exists()
+    one_line_error(tq("convert", src, "--target-bpw", "4.0", "--dry-run", "--sensitivity", rot,
+                      ok=False), str(rot), "no rotation")
+    one_line_error(tq("convert", src, "--target-bpw", "4.0", "--dry-run", "--rotate-weights",
+                      "--seed", "4", "--sensitivity", rot, ok=False), "seed=4")
+    one_line_error(tq("convert", src, "--target-bpw", "4.0", "--dry-run", "--rotate-weights",
+                      "--sensitivity", env["sens"], ok=False), "no rotation")

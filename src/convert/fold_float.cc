@@ -1,0 +1,35 @@
+#include "convert/fold_float.h"
+
+#include "convert/convert.h"
+#include "convert/rtn_quantizer.h"
+#include "model/model_source.h"
+#include "rotate/rotation.h"
+#include "rotate/rotation_transform.h"
+
+namespace tq {
+
+Status write_folded_float(const std::string& source, const RotationOptions& ro,
+                          const std::string& dest) {
+  TQ_TRY(ModelSource src, open_model(source));
+  TQ_TRY(std::unique_ptr<RotationTransform> rot, RotationTransform::create(src.config, ro));
+  ConvertOptions o;
+  o.source = source;
+  o.dest = dest;
+  o.force = true;
+  o.record_timings = false;
+  o.dtype = DType::kF32;
+  o.plan.keep_float = {"*"};
+  TQ_TRY(ConvertJob job, prepare_convert(o, {rot.get()}));
+  RtnQuantizer rtn;
+  TQ_TRY(ConvertSummary s, run_convert(job, rtn, o));
+  (void)s;
+  return ok_status();
+}
+
+nlohmann::json rotation_identity(const RotationOptions& ro) {
+  return {{"r1", std::string(rotation_kind_name(ro.r1))},
+          {"r2", std::string(rotation_kind_name(ro.r2))},
+          {"seed", ro.seed}};
+}
+
+}  // namespace tq
