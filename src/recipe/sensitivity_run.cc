@@ -134,7 +134,7 @@ Result<SensitivityRunResult> run_sensitivity(
   // The folded model's geometry: the same but untied (the fold clones the embedding into
   // lm_head); its weights are written only when something is left to measure.
   ModelConfig cfg = m.src.config;
-  if (o.rotation) cfg.tie_word_embeddings = false;
+  if (o.rotation && o.rotation->r1 != RotationKind::kNone) cfg.tie_word_embeddings = false;
 
   SensitivityRunResult r;
   SensitivityTable& t = r.table;

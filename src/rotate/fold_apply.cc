@@ -140,8 +140,10 @@ nlohmann::json Folder::metadata() const {
   const FoldPlan& p = plan_;
   nlohmann::json steps = nlohmann::json::array();
   if (p.untie) steps.push_back("untie");
-  steps.push_back("gamma_fold");
-  if (p.r1.kind != RotationKind::kNone) steps.push_back("r1");
+  if (p.r1.kind != RotationKind::kNone) {
+    steps.push_back("gamma_fold");
+    steps.push_back("r1");
+  }
   if (p.r2.kind != RotationKind::kNone) steps.push_back("r2");
   nlohmann::json j = {
       {"transform", "rotation_fold"},

@@ -76,7 +76,10 @@ Result<FoldPlan> plan_folds(const ModelConfig& cfg, const RotationOptions& opts)
   FoldPlan p;
   p.config = cfg;
   p.options = opts;
-  p.untie = cfg.tie_word_embeddings;
+  // Untie and the γ-fold exist only so that R1 can rotate the residual stream; without R1 they
+  // are skipped (folding SmolLM2's tiny gains into the weights alone costs 3-bit RTN ~6x PPL).
+  const bool r1_on = opts.r1 != RotationKind::kNone;
+  p.untie = cfg.tie_word_embeddings && r1_on;
   std::span<const TensorKind> table = family_table(cfg.family);
   const std::string fam(family_name(cfg.family));
 
@@ -111,15 +114,15 @@ Result<FoldPlan> plan_folds(const ModelConfig& cfg, const RotationOptions& opts)
 
   // The tensors of the untied geometry (lm_head included), one layer standing for all.
   ModelConfig view = cfg;
-  view.tie_word_embeddings = false;
+  view.tie_word_embeddings = cfg.tie_word_embeddings && !p.untie;
   view.num_hidden_layers = 1;
   for (const TensorSpec& s : expected_tensors(view)) {
     const TensorKind& k = *s.kind;
     TensorFold f{&k, {}};
     if (k.role == TensorRole::kLmHead && p.untie) f.steps.push_back({FoldOp::kCloneEmbed});
-    if (k.fed_by) f.steps.push_back({FoldOp::kGammaCols, row_of(table, *k.fed_by)});
+    if (k.fed_by && r1_on) f.steps.push_back({FoldOp::kGammaCols, row_of(table, *k.fed_by)});
     const bool gain = k.dims.size() == 1 && feeds_a_linear(table, k.role);
-    if (gain) f.steps.push_back({FoldOp::kSetOnes});
+    if (gain && r1_on) f.steps.push_back({FoldOp::kSetOnes});
     if (p.r1.kind != RotationKind::kNone) {
       if (k.col_space == Space::kResidual) f.steps.push_back({FoldOp::kR1Right});
       if (k.row_space == Space::kResidual && !gain) f.steps.push_back({FoldOp::kR1LeftT});

@@ -1,5 +1,6 @@
 // The fold plan (seed "The recipe", FORMATS.md §6.2–6.4): pure, from the family tensor table
-// and the options, which operations each tensor gets, in this order: untie, γ-fold, R1, R2.
+// and the options, which operations each tensor gets, in this order: untie, γ-fold, R1, R2
+// (untie and γ-fold only with R1: they exist to let R1 rotate the residual stream).
 // No tensor data is read; fold_apply.h executes a plan one layer at a time.
 #pragma once
 
