@@ -5,7 +5,9 @@
 # first WINDOWS (64) windows of 512 tokens: PPL and mean KL vs the baseline, conversion wall
 # time and peak RSS. Prints one table row per run; logs and outputs under $OUT.
 # Usage: bench/gptq_quality.sh            env: CONFIGS="4:64 3:64 2:32" WINDOWS CALIB_TOKENS
-#        MLX_GPTQ=1 (side by side), OUT (default $TQ_CACHE/bench/gptq), TQ_BIN
+#        MLX_GPTQ=1 (side by side), E6=1, OUT (default $TQ_CACHE/bench/gptq), TQ_BIN,
+#        BASE_LOGITS (reuse a `tq kl --save-base` file of the same source and windows),
+#        SKIP="gptq-b4-g64 …" (arms already measured), METHODS (default "rtn gptq rot-gptq")
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
 TQ_BIN="${TQ_BIN:-$TQ_BUILD/tq}"
@@ -22,15 +24,18 @@ if [[ ! -f "$SRC/model.safetensors" ]]; then
   "$TQ_BIN" import "$TQ_SMOLLM2_GGUF" -o "$SRC" --dtype f32 >/dev/null
 fi
 METHODS="${METHODS:-rtn gptq rot-gptq}"
-# mlx_lm.gptq keeps the embedding (tied head) at 6-bit g64: "gptq-e6" is ours with that layout.
-[[ -n "${MLX_GPTQ:-}" ]] && METHODS="$METHODS gptq-e6"
+# mlx_lm.gptq keeps the embedding (tied head) at 6-bit g64: "gptq-e6" (E6=1) is ours with that
+# layout, for a comparison at equal bytes.
+[[ -n "${MLX_GPTQ:-}" && -n "${E6:-}" ]] && METHODS="$METHODS gptq-e6"
 cat >"$OUT/embed6.json" <<'JSON'
 {"rules": [{"match": "role:embed", "bits": 6, "group_size": 64}]}
 JSON
 
-BASE_LOGITS="$OUT/base_logits_${WINDOWS}.bin"  # ~100 MB per window, made by the first row
-rm -f "$BASE_LOGITS"
-trap 'rm -f "$BASE_LOGITS"' EXIT
+if [[ -z "${BASE_LOGITS:-}" ]]; then  # ~100 MB per window, made by the first row
+  BASE_LOGITS="$OUT/base_logits_${WINDOWS}.bin"
+  rm -f "$BASE_LOGITS"
+  trap 'rm -f "$BASE_LOGITS"' EXIT
+fi
 row() {  # name bits group dst wall rss
   if [[ -f "$BASE_LOGITS" ]]; then
     "$TQ_BIN" kl --base-logits "$BASE_LOGITS" "$4" --text "$WIKI" --windows "$WINDOWS" --json \
@@ -63,7 +68,7 @@ for n, v in hdr.items():
     params += cnt
 print(f"| {name:9} | {b}-bit g{g:3} | {8 * nbytes / params:.3f} | {k['ppl_candidate']:8.3f} ± "
       f"{k['ppl_candidate_se']:.3f} | {k['mean_kl']:.5f} | {float(wall):7.1f} s | "
-      f"{int(rss) / 1048576:5.2f} GiB |", flush=True)
+      f"{int(rss) / 2**30:5.2f} GiB |", flush=True)
 PYEOF
 }
 
@@ -79,6 +84,7 @@ for cfg in $CONFIGS; do
   for m in $METHODS; do
     [[ $m == *-e6 && -z "$mlx_ok" ]] && continue
     dst="$OUT/$m-b$B-g$G"
+    [[ " ${SKIP:-} " == *" $(basename "$dst") "* ]] && continue
     flags=()
     [[ $m == *gptq ]] && flags+=(--gptq --calib-tokens "$CALIB_TOKENS" --calib-save "$OUT/calib.i32")
     [[ $m == rot-* ]] && flags+=(--rotate-weights)
