@@ -86,7 +86,7 @@ for cfg in $CONFIGS; do
     dst="$OUT/$m-b$B-g$G"
     [[ " ${SKIP:-} " == *" $(basename "$dst") "* ]] && continue
     flags=()
-    [[ $m == *gptq ]] && flags+=(--gptq --calib-tokens "$CALIB_TOKENS" --calib-save "$OUT/calib.i32")
+    [[ $m == *gptq* ]] && flags+=(--gptq --calib-tokens "$CALIB_TOKENS" --calib-save "$OUT/calib.i32")
     [[ $m == rot-* ]] && flags+=(--rotate-weights)
     [[ $m == *-e6 ]] && flags+=(--recipe "$OUT/embed6.json")
     /usr/bin/time -f "%e %M" -o "$OUT/time.txt" "$TQ_BIN" convert "$SRC" -o "$dst" --bits "$B" \
