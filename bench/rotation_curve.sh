@@ -4,7 +4,10 @@
 # (`tq convert --rotate-weights`): PPL and mean KL(base || candidate) on the first WINDOWS x 512
 # tokens of WikiText-2 test (mlx protocol). Arms: affine g64 at 2/3/4 bits, mxfp4, and the mixed
 # profile "3-bit MLP, 4-bit attention and embeddings" (a recipe file).
-# Usage: bench/rotation_curve.sh [WINDOWS] [SEED]   (env TQ_BIN overrides the binary)
+# Rotations: "plain" (none), "rotated" (R1 + R2 hadamard: untie, gamma-fold, R1, R2), "r2-only"
+# (--r1 none: R2 alone, no untie or gamma-fold).
+# Usage: bench/rotation_curve.sh [WINDOWS] [SEED]   env: TQ_BIN, ROTS ("plain rotated r2-only"),
+#        BASE_LOGITS (reuse a `tq kl --save-base` file of the same source and windows)
 # Prints a markdown table on stdout; the JSON of every run goes to $TQ_CACHE/bench/rotation/.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
@@ -15,9 +18,12 @@ WIKI="$TQ_ROOT/../shared/data/wikitext-2-raw/wiki.test.raw"
 WORK="$TQ_CACHE/bench/rotation"
 BASE="$TQ_CACHE/bench/smollm2-135m-f32"
 mkdir -p "$WORK"
-BASE_LOGITS="$WORK/base_logits_${WINDOWS}.bin"  # SmolLM2: ~100 MB per window
-rm -f "$BASE_LOGITS"
-trap 'rm -f "$BASE_LOGITS"' EXIT
+ROTS="${ROTS:-plain rotated r2-only}"
+if [[ -z "${BASE_LOGITS:-}" ]]; then
+  BASE_LOGITS="$WORK/base_logits_${WINDOWS}.bin"  # SmolLM2: ~100 MB per window
+  rm -f "$BASE_LOGITS"
+  trap 'rm -f "$BASE_LOGITS"' EXIT
+fi
 if [[ ! -f "$BASE/model.safetensors" ]]; then
   mkdir -p "$(dirname "$BASE")"
   "$TQ_BIN" import "$TQ_SMOLLM2_GGUF" -o "$BASE" --dtype f32 >/dev/null
@@ -43,11 +49,12 @@ base_ppl=""
 for arm in "${ARMS[@]}"; do
   name="${arm%%|*}"
   flags="${arm#*|}"
-  for rot in plain rotated; do
+  for rot in $ROTS; do
     tag="$(echo "$name-$rot" | tr -c 'a-zA-Z0-9-' '_')"
     out="$WORK/$tag"
     extra=()
     [[ "$rot" == rotated ]] && extra=(--rotate-weights --seed "$SEED")
+    [[ "$rot" == r2-only ]] && extra=(--rotate-weights --r1 none --seed "$SEED")
     # shellcheck disable=SC2086
     "$TQ_BIN" convert "$BASE" -o "$out" $flags "${extra[@]}" --dtype bf16 --force --json \
       >"$out.convert.json" 2>/dev/null
