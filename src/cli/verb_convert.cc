@@ -338,8 +338,10 @@ const bool kRegistered = register_verb({
                      "allocate each module's spec from --sensitivity to this bits per weight");
       app.add_option("--target-size", a->target_size,
                      "allocate to this whole-model size (e.g. 90MB, 1.5GiB) instead");
-      app.add_option("--sensitivity", a->sensitivity,
-                     "sensitivity.json from `tq sensitivity` (default with a target: measured now with tq sensitivity's defaults and kept under $XDG_DATA_HOME/turboquant/sensitivity)");
+      app.add_option(
+          "--sensitivity", a->sensitivity,
+          "sensitivity.json from `tq sensitivity` (default with a target: measured now with tq "
+          "sensitivity's defaults and kept under $XDG_DATA_HOME/turboquant/sensitivity)");
       app.add_flag("--allow-over", a->allow_over,
                    "the allocation may exceed the target by up to 0.02 bpw");
       app.add_option("--db", a->db,

@@ -12,10 +12,10 @@
 #include <sstream>
 
 #include "base/sha256.h"
+#include "cli/sensitivity_progress.h"
 #include "cli/verb.h"
 #include "eval/eval_model.h"
 #include "io/json_parse.h"
-#include "cli/sensitivity_progress.h"
 #include "rotate/rotation.h"
 
 namespace tq::cli {
@@ -46,9 +46,9 @@ std::function<void(const SensitivityProgress&)> sensitivity_progress_printer(con
     const auto now = std::chrono::steady_clock::now();
     if (!tty && p.done != p.total && now - *last < std::chrono::seconds(10)) return;
     *last = now;
-    std::string line = fmt::format("{}{}/{} measurements ({}), {:.2f} s each, {} elapsed, ETA {}",
-                                   pre, p.done, p.total, p.module, p.elapsed_s / p.done,
-                                   mmss(p.elapsed_s), mmss(p.eta_s));
+    std::string line =
+        fmt::format("{}{}/{} measurements ({}), {:.2f} s each, {} elapsed, ETA {}", pre, p.done,
+                    p.total, p.module, p.elapsed_s / p.done, mmss(p.elapsed_s), mmss(p.eta_s));
     if (tty)
       fmt::print(stderr, "\r{}\x1b[K{}", line, p.done == p.total ? "\n" : "");
     else
@@ -76,12 +76,9 @@ Status run_sensitivity_verb(SensOptions o) {
   TQ_TRY(SensitivityRunResult r,
          run_sensitivity(o, log, sensitivity_progress_printer("sensitivity: ")));
   const SensitivityTable& t = r.table;
-  nlohmann::json j = {{"output", o.out},
-                      {"modules", t.modules.size()},
-                      {"specs", t.specs.size()},
-                      {"measured", r.measured_modules},
-                      {"seconds", r.seconds},
-                      {"tokens_scored", t.calibration.tokens_scored}};
+  nlohmann::json j = {{"output", o.out},         {"modules", t.modules.size()},
+                      {"specs", t.specs.size()}, {"measured", r.measured_modules},
+                      {"seconds", r.seconds},    {"tokens_scored", t.calibration.tokens_scored}};
   if (o.json)
     fmt::print("{}\n", j.dump());
   else if (r.measured_modules == 0)

@@ -44,10 +44,11 @@ Result<AllocateOutcome> allocate_convert_plan(ConvertJob& job, const AllocateReq
                          : fmt::format("rotation r1={} r2={} seed={}", r.value("r1", "?"),
                                        r.value("r2", "?"), r.value("seed", 0));
     };
-    return err("{}: measured with {} but this conversion folds {}; measure it with the same "
-               "`tq sensitivity {}{}`",
-               path, desc(table.rotation), desc(req.rotation), job.source.path,
-               req.rotation.is_null() ? "" : " --rotate-weights …");
+    return err(
+        "{}: measured with {} but this conversion folds {}; measure it with the same "
+        "`tq sensitivity {}{}`",
+        path, desc(table.rotation), desc(req.rotation), job.source.path,
+        req.rotation.is_null() ? "" : " --rotate-weights …");
   }
   QuantPlan& plan = job.plan;
   const SizeStats before = plan.size();

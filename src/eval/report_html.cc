@@ -181,9 +181,9 @@ std::string group_html(const ReportGroup& g, size_t index) {
     for (size_t i = 0; i < kl_pts.size(); ++i)
       if (kl_pts[i].artifact == a.artifact) on_front = kl_front[i];
     auto top1 = field(a.kl, "top1_agreement");
-    std::string ppl = a.ppl_value() ? fmt::format("{:.3f} ± {:.3f}", *a.ppl_value(),
-                                                  a.ppl_se().value_or(0))
-                                    : "—";
+    std::string ppl = a.ppl_value()
+                          ? fmt::format("{:.3f} ± {:.3f}", *a.ppl_value(), a.ppl_se().value_or(0))
+                          : "—";
     s += fmt::format(
         "<tr><td title=\"{0}\">{1}</td><td>{2}</td><td>{3}</td><td>{4}</td><td>{5}</td>"
         "<td>{6}</td><td>{7}</td><td>{8}</td><td>{9}</td><td>{10}</td><td>{11}</td><td>{12}"

@@ -50,13 +50,13 @@ std::string render_report_text(const std::vector<ReportGroup>& groups) {
     for (size_t i = 0; i < g.arms.size(); ++i) {
       const ReportArm& a = g.arms[i];
       auto top1 = field(a.kl, "top1_agreement");
-      rows.push_back({base_name(a.artifact), a.info ? a.info->recipe : "?", num(a.bpw(), "{:.3f}"),
-                      a.info ? fmt::format("{:.1f}", static_cast<double>(a.info->bytes) / 1e6)
-                             : "-",
-                      num(a.ppl_value(), "{:.3f}"), num(a.ppl_se(), "{:.3f}"),
-                      num(a.artifact == g.source ? std::nullopt : a.mean_kl(), "{:.5f}"),
-                      top1 && a.artifact != g.source ? fmt::format("{:.1f}%", 100 * *top1) : "-",
-                      front[i] ? "*" : ""});
+      rows.push_back(
+          {base_name(a.artifact), a.info ? a.info->recipe : "?", num(a.bpw(), "{:.3f}"),
+           a.info ? fmt::format("{:.1f}", static_cast<double>(a.info->bytes) / 1e6) : "-",
+           num(a.ppl_value(), "{:.3f}"), num(a.ppl_se(), "{:.3f}"),
+           num(a.artifact == g.source ? std::nullopt : a.mean_kl(), "{:.5f}"),
+           top1 && a.artifact != g.source ? fmt::format("{:.1f}%", 100 * *top1) : "-",
+           front[i] ? "*" : ""});
     }
     std::vector<size_t> width(rows[0].size(), 0);
     for (const auto& r : rows)
@@ -66,7 +66,8 @@ std::string render_report_text(const std::vector<ReportGroup>& groups) {
       std::string line;
       for (size_t c = 0; c < r.size(); ++c) {
         // Names left-aligned, numbers right-aligned.
-        line += c < 2 ? fmt::format("{:<{}}", r[c], width[c]) : fmt::format("{:>{}}", r[c], width[c]);
+        line +=
+            c < 2 ? fmt::format("{:<{}}", r[c], width[c]) : fmt::format("{:>{}}", r[c], width[c]);
         if (c + 1 < r.size()) line += "  ";
       }
       while (!line.empty() && line.back() == ' ') line.pop_back();

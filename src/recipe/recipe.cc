@@ -97,9 +97,10 @@ Result<RecipeRule> parse_rule(const json& o, const std::string& where) {
   if (r.keep_float && (r.mode || r.bits || r.group_size))
     return err("{}: a rule with \"float\": true takes no mode, bits or group_size", where);
   if (!r.keep_float && !r.mode && !r.bits && !r.group_size)
-    return err("{}: a rule needs \"float\": true, \"min_bits\" or at least one of mode, bits, "
-               "group_size",
-               where);
+    return err(
+        "{}: a rule needs \"float\": true, \"min_bits\" or at least one of mode, bits, "
+        "group_size",
+        where);
   return r;
 }
 

@@ -183,8 +183,8 @@ Result<SensitivityRunResult> run_sensitivity(
     if (!o.only.empty() && t.modules.empty()) return err("--only matches no module");
     return r;
   }
-  log(fmt::format("{} modules x {} specs to measure ({} done), {} windows x {} tokens",
-                  todo.size(), specs.size(), t.modules.size(), calib.count, calib.seq_len));
+  log(fmt::format("{} modules x {} specs to measure ({} done), {} windows x {} tokens", todo.size(),
+                  specs.size(), t.modules.size(), calib.count, calib.seq_len));
   if (o.rotation) {
     folded_dir = o.out + ".folded";
     log(fmt::format("folding the rotation into {}", folded_dir));

@@ -292,7 +292,8 @@ TEST(QuantPlan, MinBitsRulesRaiseAffineSpecsAndDoNotPin) {
   o.recipe.reset();
   o.mode = QuantMode::kMxfp4;
   auto fp = parse_recipe(nlohmann::json::parse(R"({"rules": [
-      {"match": "role:attn_v", "min_bits": 6}]})"), "f.json");
+      {"match": "role:attn_v", "min_bits": 6}]})"),
+                         "f.json");
   ASSERT_TRUE(fp.ok());
   o.recipe = *fp;
   EXPECT_NE(plan_error(tiny(), o).find("min_bits 6"), std::string::npos);
