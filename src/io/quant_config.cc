@@ -38,6 +38,9 @@ Result<QuantSpec> parse_module_spec(const nlohmann::json& d, const std::string& 
   }
   QuantSpec s = default_spec_for_mode(mode);
   for (const auto& [k, v] : d.items()) {
+    // null is None in to_quantized(**dict): the mode's default (mlx-lm's mixed_* presets write
+    // "group_size": null when --q-group-size is not given).
+    if (v.is_null() && (k == "bits" || k == "group_size")) continue;
     if (k == "bits") {
       TQ_TRY(s.bits, get_small_int(v, where + ".bits", source));
     } else if (k == "group_size") {
@@ -91,9 +94,13 @@ Result<std::optional<QuantizationConfig>> parse_quantization_config(const nlohma
   auto bits = q->find("bits");
   if (gs == q->end()) return err("{}: {} is missing 'group_size'", source, key);
   if (bits == q->end()) return err("{}: {} is missing 'bits'", source, key);
-  qc.global.mode = mode;
-  TQ_TRY(qc.global.group_size, get_small_int(*gs, key + ".group_size", source));
-  TQ_TRY(qc.global.bits, get_small_int(*bits, key + ".bits", source));
+  qc.global = default_spec_for_mode(mode);  // null bits/group_size: the mode's defaults
+  if (!gs->is_null()) {
+    TQ_TRY(qc.global.group_size, get_small_int(*gs, key + ".group_size", source));
+  }
+  if (!bits->is_null()) {
+    TQ_TRY(qc.global.bits, get_small_int(*bits, key + ".bits", source));
+  }
   Status st = validate_quant_spec(qc.global);
   if (!st.ok()) return err("{}: {}: {}", source, key, st.error().message);
 

@@ -276,6 +276,20 @@ TEST(ModelConfig, QuantizationErrorsAndFallback) {
                        "quantization[\"m\"]"));
   EXPECT_TRUE(contains(with_q("quantization_config", R"({"quant_method":"gptq","bits":4})"),
                        "quant_method \"gptq\" is not supported"));
+  // null bits/group_size mean the mode's defaults, as to_quantized(group_size=None): stock
+  // mlx_lm.convert --quant-predicate mixed_3_6 writes {"group_size": null, "bits": 3}.
+  {
+    json q = llama_min();
+    q["quantization"] = json::parse(R"({"group_size": 64, "bits": 4, "mode": "affine",
+        "model.layers.0.mlp.down_proj": {"group_size": null, "bits": 6, "mode": "affine"},
+        "model.layers.0.mlp.up_proj": {"group_size": null, "bits": null, "mode": "mxfp4"}})");
+    auto m = parse_model_config(q, "c");
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    EXPECT_EQ(m->quantization->spec_for("model.layers.0.mlp.down_proj"),
+              (QuantSpec{QuantMode::kAffine, 6, 64}));
+    EXPECT_EQ(m->quantization->spec_for("model.layers.0.mlp.up_proj"),
+              (QuantSpec{QuantMode::kMxfp4, 4, 32}));
+  }
   json j = llama_min();
   j["quantization_config"] = {{"group_size", 32}, {"bits", 8}};
   auto r = parse_model_config(j, "c");

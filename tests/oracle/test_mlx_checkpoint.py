@@ -126,7 +126,9 @@ def module_spec(q: dict, path: str):
     assert isinstance(entry, dict), f"{path}: {entry}"
     mode = entry.get("mode", "affine")
     bits, gs = MODE_DEFAULTS[mode]
-    return mode, entry.get("bits", bits), entry.get("group_size", gs)
+    # A null (None) value is the mode's default too, as to_quantized(**entry) reads it.
+    b, g = entry.get("bits"), entry.get("group_size")
+    return mode, bits if b is None else b, gs if g is None else g
 
 
 def reference_f32(model_dir: pathlib.Path):
@@ -181,6 +183,8 @@ SETTINGS = {
     "nvfp4": dict(q_mode="nvfp4"),
     "mxfp8": dict(q_mode="mxfp8"),
     "mixed_3_6": dict(quant_predicate="mixed_3_6", q_group_size=64),
+    # Without --q-group-size the presets write "group_size": null per module.
+    "mixed_4_6_null_group": dict(quant_predicate="mixed_4_6"),
 }
 
 
