@@ -7,7 +7,8 @@
 # dynamic_quant's (low, high) widths per target: 3.5 -> (2, 4), 4.0 and 4.5 -> (3, 5) (the
 # natural pairs 3/4 and 4/5 put every module at the low width at exactly 3.5 and 4.5 bpw).
 # Usage: bench/alloc_quality.sh   env: WINDOWS, TARGETS ("3.5 4.0 4.5"), BITS ("2,3,4,5,6"),
-#        DQ_ROWS (32 calibration rows of 512 for dynamic_quant), OUT, TQ_BIN, SKIP_MLX=1
+#        DQ_ROWS (32 calibration rows of 512 for dynamic_quant), OUT, TQ_BIN, SKIP_MLX=1,
+#        PARTS ("tq rtn presets dynamic"), BASE_LOGITS (reuse a `tq kl --save-base` file)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
 TQ_BIN="${TQ_BIN:-$TQ_BUILD/tq}"
@@ -26,17 +27,20 @@ if [[ ! -f "$SRC/model.safetensors" ]]; then
   mkdir -p "$(dirname "$SRC")"
   "$TQ_BIN" import "$TQ_SMOLLM2_GGUF" -o "$SRC" --dtype f32 >/dev/null
 fi
-BASE_LOGITS="$OUT/base_logits_${WINDOWS}.bin"
-rm -f "$BASE_LOGITS"
-trap 'rm -f "$BASE_LOGITS"' EXIT
+PARTS="${PARTS:-tq rtn presets dynamic}"
+if [[ -z "${BASE_LOGITS:-}" ]]; then
+  BASE_LOGITS="$OUT/base_logits_${WINDOWS}.bin"
+  rm -f "$BASE_LOGITS"
+  trap 'rm -f "$BASE_LOGITS"' EXIT
+fi
 
 row() {  # name dir
   if [[ -f "$BASE_LOGITS" ]]; then
     "$TQ_BIN" kl --base-logits "$BASE_LOGITS" "$2" --text "$WIKI" --windows "$WINDOWS" --json \
-      --no-db >"$2.kl.json"
+      --no-db >"$2.kl.json" 2>"$2.kl.log" || { echo "| $1 | failed: $(tail -1 "$2.kl.log") |"; return; }
   else
     "$TQ_BIN" kl "$SRC" "$2" --text "$WIKI" --windows "$WINDOWS" --save-base "$BASE_LOGITS" \
-      --json --no-db >"$2.kl.json"
+      --json --no-db >"$2.kl.json" 2>"$2.kl.log" || { echo "| $1 | failed: $(tail -1 "$2.kl.log") |"; return; }
   fi
   "$PY" - "$1" "$2" <<'PYEOF'
 import json, sys
@@ -72,10 +76,11 @@ echo
 echo "| arm | bpw | MB | PPL | mean KL | top-1 |"
 echo "|---|---|---|---|---|---|"
 sens="$OUT/sensitivity-${BITS//,/}.json"
-/usr/bin/time -f "%e s wall, %U s user" -o "$OUT/sensitivity.time" \
+[[ " $PARTS " == *" tq "* ]] && /usr/bin/time -f "%e s wall, %U s user" -o "$OUT/sensitivity.time" \
   "$TQ_BIN" sensitivity "$SRC" --bits "$BITS" -o "$sens" --resume >/dev/null 2>"$OUT/sensitivity.log"
 
 for t in $TARGETS; do
+  [[ " $PARTS " == *" tq "* ]] || break
   d="$OUT/tq-alloc-$t"
   "$TQ_BIN" convert "$SRC" -o "$d" --target-bpw "$t" --sensitivity "$sens" --dtype bf16 --force \
     --no-db 2>"$d.log"
@@ -83,6 +88,7 @@ for t in $TARGETS; do
 done
 for u in "3-bit g64|--bits 3 --group-size 64" "3-bit g32|--bits 3 --group-size 32" \
          "4-bit g64|--bits 4 --group-size 64"; do
+  [[ " $PARTS " == *" rtn "* ]] || break
   name="${u%%|*}"
   d="$OUT/rtn-${name// /-}"
   # shellcheck disable=SC2086
@@ -91,6 +97,7 @@ for u in "3-bit g64|--bits 3 --group-size 64" "3-bit g32|--bits 3 --group-size 3
 done
 [[ -n "${SKIP_MLX:-}" ]] && exit 0
 for p in mixed_3_6 mixed_4_6; do
+  [[ " $PARTS " == *" presets "* ]] || break
   d="$OUT/mlx-$p"
   rm -rf "$d"
   LD_PRELOAD="$BLAS" "$PY" -m mlx_lm convert --hf-path "$SRC" --mlx-path "$d" -q \
@@ -98,6 +105,7 @@ for p in mixed_3_6 mixed_4_6; do
   row "mlx_lm.convert $p" "$d"
 done
 for t in $TARGETS; do
+  [[ " $PARTS " == *" dynamic "* ]] || break
   case "$t" in 3.5) lh="2 4" ;; *) lh="3 5" ;; esac
   d="$OUT/mlx-dynamic-$t"
   rm -rf "$d"
@@ -110,4 +118,4 @@ for t in $TARGETS; do
   fi
 done
 echo
-echo "tq sensitivity ($BITS): $(cat "$OUT/sensitivity.time")"
+[[ -f "$OUT/sensitivity.time" ]] && echo "tq sensitivity ($BITS): $(cat "$OUT/sensitivity.time")"
