@@ -42,31 +42,14 @@ row() {  # name dir
     "$TQ_BIN" kl "$SRC" "$2" --text "$WIKI" --windows "$WINDOWS" --save-base "$BASE_LOGITS" \
       --json --no-db >"$2.kl.json" 2>"$2.kl.log" || { echo "| $1 | failed: $(tail -1 "$2.kl.log") |"; return; }
   fi
+  # bpw by mlx-lm's definition, as `tq inspect` computes it from the headers.
+  "$TQ_BIN" inspect "$2" --json >"$2.inspect.json"
   "$PY" - "$1" "$2" <<'PYEOF'
 import json, sys
-from pathlib import Path
 name, d = sys.argv[1:3]
 k = json.load(open(d + ".kl.json"))
-# bpw by mlx-lm's definition: every stored bit over the logical parameter count.
-cfg = json.loads(Path(d, "config.json").read_text())
-q = cfg.get("quantization", {})
-nbytes = params = 0
-for st in sorted(Path(d).glob("*.safetensors")):
-    raw = st.read_bytes()
-    hdr = json.loads(raw[8:8 + int.from_bytes(raw[:8], "little")])
-    for n, v in hdr.items():
-        if n == "__metadata__":
-            continue
-        nbytes += v["data_offsets"][1] - v["data_offsets"][0]
-        if n.endswith((".scales", ".biases")):
-            continue
-        cnt = 1
-        for x in v["shape"]:
-            cnt *= x
-        if v["dtype"] == "U32":
-            cnt = cnt * 32 // q.get(n[: -len(".weight")], q)["bits"]
-        params += cnt
-print(f"| {name:24} | {8 * nbytes / params:.3f} | {nbytes / 1e6:6.1f} | {k['ppl_candidate']:8.3f} ± "
+i = json.load(open(d + ".inspect.json"))
+print(f"| {name:24} | {i['bpw']:.3f} | {i['bytes'] / 1e6:6.1f} | {k['ppl_candidate']:8.3f} ± "
       f"{k['ppl_candidate_se']:.3f} | {k['mean_kl']:.5f} | {k['top1_agreement']:.4f} |", flush=True)
 PYEOF
 }
@@ -103,6 +86,12 @@ for p in mixed_3_6 mixed_4_6; do
   LD_PRELOAD="$BLAS" "$PY" -m mlx_lm convert --hf-path "$SRC" --mlx-path "$d" -q \
     --quant-predicate "$p" --dtype bfloat16 >"$d.log" 2>&1
   row "mlx_lm.convert $p" "$d"
+  # Ours at the preset's exact bpw (its bytes), for a comparison at equal size.
+  pb="$(jq -r '.bpw * 1000 | floor / 1000' "$d.inspect.json")"
+  a="$OUT/tq-alloc-$pb"
+  "$TQ_BIN" convert "$SRC" -o "$a" --target-bpw "$pb" --sensitivity "$sens" --dtype bf16 --force \
+    --no-db 2>"$a.log"
+  row "tq allocated $pb" "$a"
 done
 for t in $TARGETS; do
   [[ " $PARTS " == *" dynamic "* ]] || break

@@ -44,29 +44,14 @@ row() {  # name bits group dst wall rss
     "$TQ_BIN" kl "$SRC" "$4" --text "$WIKI" --windows "$WINDOWS" --save-base "$BASE_LOGITS" \
       --json --no-db >"$4.kl.json"
   fi
+  # bpw by mlx-lm's definition, as `tq inspect` computes it from the headers.
+  "$TQ_BIN" inspect "$4" --json >"$4.inspect.json"
   "$PY" - "$1" "$2" "$3" "$4" "$5" "$6" <<'PYEOF'
 import json, sys
-from pathlib import Path
 name, b, g, d, wall, rss = sys.argv[1:7]
 k = json.load(open(d + ".kl.json"))
-# bpw by mlx-lm's definition: stored bits of the quantized tensors + float tensors / params.
-st = Path(d, "model.safetensors")
-hdr = json.loads(st.read_bytes()[8:8 + int.from_bytes(st.read_bytes()[:8], "little")])
-cfg = json.loads(Path(d, "config.json").read_text())
-nbytes = sum(v["data_offsets"][1] - v["data_offsets"][0] for n, v in hdr.items() if n != "__metadata__")
-params = 0
-for n, v in hdr.items():
-    if n == "__metadata__" or n.endswith((".scales", ".biases")):
-        continue
-    cnt = 1
-    for x in v["shape"]:
-        cnt *= x
-    if v["dtype"] == "U32":
-        base = n[: -len(".weight")]
-        q = cfg["quantization"].get(base, cfg["quantization"])
-        cnt = cnt * 32 // q["bits"]
-    params += cnt
-print(f"| {name:9} | {b}-bit g{g:3} | {8 * nbytes / params:.3f} | {k['ppl_candidate']:8.3f} ± "
+bpw = json.load(open(d + ".inspect.json"))["bpw"]
+print(f"| {name:9} | {b}-bit g{g:3} | {bpw:.3f} | {k['ppl_candidate']:8.3f} ± "
       f"{k['ppl_candidate_se']:.3f} | {k['mean_kl']:.5f} | {float(wall):7.1f} s | "
       f"{int(rss) / 2**30:5.2f} GiB |", flush=True)
 PYEOF

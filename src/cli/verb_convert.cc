@@ -119,14 +119,7 @@ class ProgressPrinter {
 };
 
 Result<RotationOptions> rotation_options(const ConvertArgs& a) {
-  RotationOptions ro;
-  auto r1 = parse_rotation_kind(a.r1);
-  if (!r1.ok()) return err("--r1: {}", r1.error().message);
-  auto r2 = parse_rotation_kind(a.r2);
-  if (!r2.ok()) return err("--r2: {}", r2.error().message);
-  ro.r1 = *r1;
-  ro.r2 = *r2;
-  ro.seed = a.seed;
+  TQ_TRY(RotationOptions ro, parse_rotation_options(a.r1, a.r2, a.seed));
   ro.fold_dtype = a.fold_dtype == "f64" ? FoldDType::kF64 : FoldDType::kF32;
   return ro;
 }

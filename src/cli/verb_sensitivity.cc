@@ -4,24 +4,14 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
-#include <cstdlib>
-#include <filesystem>
 #include <memory>
-#include <sstream>
 
-#include "base/sha256.h"
 #include "cli/sensitivity_progress.h"
 #include "cli/verb.h"
-#include "eval/eval_model.h"
-#include "io/json_parse.h"
-#include "rotate/rotation.h"
 
 namespace tq::cli {
 namespace {
-
-namespace fs = std::filesystem;
 
 struct SensOptions : SensitivityRunOptions {
   bool rotate_weights = false, json = false;
@@ -60,15 +50,7 @@ namespace {
 
 Status run_sensitivity_verb(SensOptions o) {
   if (o.rotate_weights) {
-    RotationOptions ro;
-    auto r1 = parse_rotation_kind(o.r1);
-    if (!r1.ok()) return err("--r1: {}", r1.error().message);
-    auto r2 = parse_rotation_kind(o.r2);
-    if (!r2.ok()) return err("--r2: {}", r2.error().message);
-    ro.r1 = *r1;
-    ro.r2 = *r2;
-    ro.seed = o.seed;
-    o.rotation = ro;
+    TQ_TRY(o.rotation, parse_rotation_options(o.r1, o.r2, o.seed));
   } else if (o.r1 != "hadamard" || o.r2 != "hadamard" || o.seed != 0) {
     return err("--r1/--r2/--seed only apply with --rotate-weights");
   }

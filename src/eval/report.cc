@@ -76,6 +76,18 @@ std::optional<ArtifactInfo> probe_artifact(const std::string& path) {
   return a;
 }
 
+std::string artifact_short_name(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  std::string n = std::filesystem::path(p).filename().string();
+  return n.empty() ? p : n;
+}
+
+std::optional<double> json_number(const std::optional<nlohmann::json>& j, const char* key) {
+  if (j && j->contains(key) && (*j)[key].is_number()) return (*j)[key].get<double>();
+  return std::nullopt;
+}
+
 std::optional<double> ReportArm::bpw() const {
   if (info && info->bpw > 0) return info->bpw;
   return std::nullopt;

@@ -54,6 +54,11 @@ std::vector<ReportGroup> gather_report(const std::vector<RunRecord>& runs,
 // of them strict.
 std::vector<bool> pareto_front(const std::vector<std::pair<double, double>>& pts);
 
+// The last path component of an artifact ("…/q4/" -> "q4"), for tables and labels.
+std::string artifact_short_name(const std::string& path);
+// j[key] when j holds a number there.
+std::optional<double> json_number(const std::optional<nlohmann::json>& j, const char* key);
+
 // The arms as aligned plain-text tables (one per source model), for terminals and scripts/demo.
 std::string render_report_text(const std::vector<ReportGroup>& groups);
 

@@ -37,13 +37,6 @@ std::string esc(const std::string& s) {
   return o;
 }
 
-std::string short_name(const std::string& path) {
-  std::string p = path;
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  std::string n = std::filesystem::path(p).filename().string();
-  return n.empty() ? p : n;
-}
-
 struct Point {
   double x, y;
   std::string artifact;
@@ -142,18 +135,13 @@ std::string chart(const std::string& id, const std::string& title, const std::st
         "<title>{}: {:.4f} bpw, {:.5g}</title></circle>"
         "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"label\">{}</text>\n",
         sx(p.x), sy(p.y), p.pareto ? 6 : 5, p.pareto ? " pareto" : "", esc(p.artifact),
-        esc(p.artifact), p.x, p.y, sx(p.x) + 8, sy(p.y) - 6, esc(short_name(p.artifact)));
+        esc(p.artifact), p.x, p.y, sx(p.x) + 8, sy(p.y) - 6, esc(artifact_short_name(p.artifact)));
   s += "</svg>\n";
   return s;
 }
 
 std::string opt_num(const std::optional<double>& v, const char* f = "{:.4f}") {
   return v ? fmt::format(fmt::runtime(f), *v) : std::string("—");
-}
-
-std::optional<double> field(const std::optional<nlohmann::json>& j, const char* key) {
-  if (j && j->contains(key) && (*j)[key].is_number()) return (*j)[key].get<double>();
-  return std::nullopt;
 }
 
 std::string group_html(const ReportGroup& g, size_t index) {
@@ -180,7 +168,7 @@ std::string group_html(const ReportGroup& g, size_t index) {
     bool on_front = false;
     for (size_t i = 0; i < kl_pts.size(); ++i)
       if (kl_pts[i].artifact == a.artifact) on_front = kl_front[i];
-    auto top1 = field(a.kl, "top1_agreement");
+    auto top1 = json_number(a.kl, "top1_agreement");
     std::string ppl = a.ppl_value()
                           ? fmt::format("{:.3f} ± {:.3f}", *a.ppl_value(), a.ppl_se().value_or(0))
                           : "—";
@@ -188,21 +176,22 @@ std::string group_html(const ReportGroup& g, size_t index) {
         "<tr><td title=\"{0}\">{1}</td><td>{2}</td><td>{3}</td><td>{4}</td><td>{5}</td>"
         "<td>{6}</td><td>{7}</td><td>{8}</td><td>{9}</td><td>{10}</td><td>{11}</td><td>{12}"
         "</td></tr>\n",
-        esc(a.artifact), esc(short_name(a.artifact)), esc(a.info ? a.info->recipe : "?"),
+        esc(a.artifact), esc(artifact_short_name(a.artifact)), esc(a.info ? a.info->recipe : "?"),
         opt_num(a.bpw()),
         a.info ? fmt::format("{:.4g}", static_cast<double>(a.info->bytes) / 1e9) : "—", ppl,
-        opt_num(a.mean_kl(), "{:.5g}"), opt_num(field(a.kl, "median_kl"), "{:.5g}"),
-        opt_num(field(a.kl, "p99_kl"), "{:.5g}"), top1 ? fmt::format("{:.2f}%", 100 * *top1) : "—",
-        opt_num(field(a.bench, "decode_tok_s"), "{:.1f}"),
-        opt_num(field(a.bench, "prefill_tok_s"), "{:.1f}"), on_front ? "★" : "");
+        opt_num(a.mean_kl(), "{:.5g}"), opt_num(json_number(a.kl, "median_kl"), "{:.5g}"),
+        opt_num(json_number(a.kl, "p99_kl"), "{:.5g}"),
+        top1 ? fmt::format("{:.2f}%", 100 * *top1) : "—",
+        opt_num(json_number(a.bench, "decode_tok_s"), "{:.1f}"),
+        opt_num(json_number(a.bench, "prefill_tok_s"), "{:.1f}"), on_front ? "★" : "");
   }
   s += "</table>\n<h3>Protocols</h3>\n<ul class=\"protocols\">\n";
   for (const ReportArm& a : g.arms) {
     if (a.ppl && a.ppl->contains("protocol"))
-      s += fmt::format("<li>{} ppl: <code>{}</code></li>\n", esc(short_name(a.artifact)),
+      s += fmt::format("<li>{} ppl: <code>{}</code></li>\n", esc(artifact_short_name(a.artifact)),
                        esc(a.ppl->value("protocol", "")));
     if (a.kl && a.kl->contains("protocol"))
-      s += fmt::format("<li>{} kl: <code>{}</code></li>\n", esc(short_name(a.artifact)),
+      s += fmt::format("<li>{} kl: <code>{}</code></li>\n", esc(artifact_short_name(a.artifact)),
                        esc(a.kl->value("protocol", "")));
   }
   s += "</ul>\n<h3>Provenance</h3>\n";

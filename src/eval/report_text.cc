@@ -2,7 +2,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <filesystem>
 
 #include "eval/report.h"
 
@@ -10,20 +9,8 @@ namespace tq::eval {
 
 namespace {
 
-std::string base_name(const std::string& path) {
-  std::string p = path;
-  while (p.size() > 1 && p.back() == '/') p.pop_back();
-  std::string n = std::filesystem::path(p).filename().string();
-  return n.empty() ? p : n;
-}
-
 std::string num(const std::optional<double>& v, const char* f) {
   return v ? fmt::format(fmt::runtime(f), *v) : std::string("-");
-}
-
-std::optional<double> field(const std::optional<nlohmann::json>& j, const char* key) {
-  if (j && j->contains(key) && (*j)[key].is_number()) return (*j)[key].get<double>();
-  return std::nullopt;
 }
 
 }  // namespace
@@ -49,9 +36,9 @@ std::string render_report_text(const std::vector<ReportGroup>& groups) {
         {"artifact", "recipe", "bpw", "MB", "PPL", "+-", "mean KL", "top-1", "Pareto"}};
     for (size_t i = 0; i < g.arms.size(); ++i) {
       const ReportArm& a = g.arms[i];
-      auto top1 = field(a.kl, "top1_agreement");
+      auto top1 = json_number(a.kl, "top1_agreement");
       rows.push_back(
-          {base_name(a.artifact), a.info ? a.info->recipe : "?", num(a.bpw(), "{:.3f}"),
+          {artifact_short_name(a.artifact), a.info ? a.info->recipe : "?", num(a.bpw(), "{:.3f}"),
            a.info ? fmt::format("{:.1f}", static_cast<double>(a.info->bytes) / 1e6) : "-",
            num(a.ppl_value(), "{:.3f}"), num(a.ppl_se(), "{:.3f}"),
            num(a.artifact == g.source ? std::nullopt : a.mean_kl(), "{:.5f}"),

@@ -72,6 +72,19 @@ Result<Rotation> FoldPlan::make_r2(int64_t layer) const {
                        "head_dim", "--r2");
 }
 
+Result<RotationOptions> parse_rotation_options(std::string_view r1, std::string_view r2,
+                                               uint64_t seed) {
+  RotationOptions ro;
+  auto k1 = parse_rotation_kind(r1);
+  if (!k1.ok()) return err("--r1: {}", k1.error().message);
+  auto k2 = parse_rotation_kind(r2);
+  if (!k2.ok()) return err("--r2: {}", k2.error().message);
+  ro.r1 = *k1;
+  ro.r2 = *k2;
+  ro.seed = seed;
+  return ro;
+}
+
 Result<FoldPlan> plan_folds(const ModelConfig& cfg, const RotationOptions& opts) {
   FoldPlan p;
   p.config = cfg;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +27,10 @@ struct RotationOptions {
   uint64_t seed = 0;
   FoldDType fold_dtype = FoldDType::kF32;
 };
+
+// The --r1/--r2/--seed flags of tq convert and tq sensitivity; errors name the flag.
+Result<RotationOptions> parse_rotation_options(std::string_view r1, std::string_view r2,
+                                               uint64_t seed);
 
 enum class FoldOp : uint8_t {
   kCloneEmbed,  // lm_head.weight <- a copy of model.embed_tokens.weight (untie)

@@ -28,8 +28,6 @@ class RotationTransform : public WeightTransform {
   // rotation.json (+ rotations.safetensors when save_matrices).
   Result<std::vector<std::pair<std::string, std::string>>> sidecar_files() const override;
 
-  const Folder& folder() const { return folder_; }
-
  private:
   RotationTransform(Folder f, bool save_matrices)
       : folder_(std::move(f)), save_matrices_(save_matrices) {}

@@ -10,6 +10,7 @@
 
 #include "../testing/test_files.h"
 #include "convert/convert.h"
+#include "convert/fold_float.h"
 #include "convert/rtn_quantizer.h"
 #include "io/safetensors.h"
 #include "model/forward.h"
@@ -19,23 +20,6 @@ namespace tq {
 namespace {
 
 using testing::contains;
-
-// The folded float model through the convert pipeline (what `tq convert SRC -o DST
-// --rotate-weights --no-quantize --dtype f32` runs).
-Status write_folded_model(const std::string& src, const std::string& dst,
-                          const RotationOptions& ro) {
-  TQ_TRY(ModelSource s, open_model(src));
-  TQ_TRY(auto rt, RotationTransform::create(s.config, ro));
-  ConvertOptions o;
-  o.source = src;
-  o.dest = dst;
-  o.dtype = DType::kF32;
-  o.plan.keep_float = {"*"};
-  TQ_TRY(ConvertJob job, prepare_convert(o, {rt.get()}));
-  RtnQuantizer rtn;
-  TQ_TRY(ConvertSummary sum, run_convert(job, rtn, o));
-  return ok_status();
-}
 
 nlohmann::json tiny_json(const std::string& type, bool tied) {
   nlohmann::json j = {{"model_type", type},
@@ -153,7 +137,7 @@ TEST_P(FoldParity, FoldedFloatModelComputesTheSameFunction) {
   std::string src = write_tiny_model(dir, cj);
   std::string dst = dir.file("folded");
   RotationOptions opts{.r1 = c.r1, .r2 = c.r2, .seed = 17, .fold_dtype = c.fold};
-  Status st = write_folded_model(src, dst, opts);
+  Status st = write_folded_float(src, opts, dst);
   ASSERT_TRUE(st.ok()) << st.error().message;
 
   std::vector<int32_t> ids;
