@@ -4,7 +4,7 @@ Usage: python bench/mlx_dynamic_side.py SRC_DIR OUT_DIR TARGET_BPW LOW_BITS HIGH
 Its CLI downloads its calibration text from the network, which this machine cannot reach, so this
 calls the same functions (estimate_sensitivities, estimate_threshold, quantize_model, save) on
 ROWS rows of 512 tokens of the SOTU texts in CALIB_DIR (newest first, as `tq sensitivity` reads
-them). The model is cast to bf16 first, as
+them). Sensitivities are cached per (low, high, rows) beside OUT_DIR. The model is cast to bf16 first, as
 `mlx_lm.convert --dtype bfloat16` does (scales and biases are then bf16, like our arms).
 Run it with the system OpenBLAS preloaded or mlx-cpu is ~30x slower.
 """
@@ -35,7 +35,14 @@ def main():
     model.set_dtype(mx.bfloat16)
     config["torch_dtype"] = "bfloat16"
     low, high, target = int(low), int(high), float(target)
-    sens = dict(estimate_sensitivities(model, mx.array(rows), low, 64, high, 64))
+    # The sensitivities depend only on (low, high, rows), not on the target: keep them beside OUT.
+    cache = Path(out).parent / f"mlx-dynamic-sens-{low}-{high}-{nrows}.json"
+    if cache.exists():
+        sens = json.loads(cache.read_text())
+    else:
+        sens = {k: float(v) for k, v in estimate_sensitivities(model, mx.array(rows), low, 64,
+                                                                high, 64)}
+        cache.write_text(json.dumps(sens))
     threshold = estimate_threshold(model, sens, target_bpw=target, low_bits=low,
                                    low_group_size=64, high_bits=high, high_group_size=64)
 

@@ -4,7 +4,7 @@ threads, alternated in one run. Prints prefill and decode tok/s of both and the 
 
 Pairs (built into $TQ_CACHE/bench/vs-llamacpp when missing, see make_artifacts.py):
   SmolLM2-135M: our MLX 4-bit g64 vs its GGUF Q4_1; our MLX 8-bit g64 vs GGUF Q8_0.
-Usage: run.py [--threads 2] [--prompt-lengths 128,512,2048] [--gen 128] [--repeat 1] [--int8]
+Usage: run.py [--threads 2] [--prompt-lengths 128,512,2048] [--gen 128] [--repeat 1] [--activations auto]
 """
 import argparse
 import json
@@ -23,8 +23,7 @@ WORK = CACHE / "bench" / "vs-llamacpp"
 def tq_bench(model, a):
     cmd = [TQ, "bench", str(model), "--prompt-lengths", a.prompt_lengths, "--gen", str(a.gen),
            "--repeat", str(a.repeat), "--threads", str(a.threads), "--json", "--no-db"]
-    if a.int8:
-        cmd.append("--int8")
+    cmd += ["--activations", a.activations]
     r = subprocess.run(cmd, capture_output=True, text=True, check=True)
     j = json.loads(r.stdout)
     return {p["prompt_len"]: (p["prefill_tok_s"]["median"], p["decode_tok_s"]["median"])
@@ -45,7 +44,7 @@ def main():
     ap.add_argument("--prompt-lengths", default="128,512,2048")
     ap.add_argument("--gen", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=1)
-    ap.add_argument("--int8", action="store_true", help="tq with int8 activations")
+    ap.add_argument("--activations", default="auto", help="tq --activations (auto, int8, f32)")
     ap.add_argument("--pairs", default="smol-q4,smol-q8,1b-q4,1b-q8")
     a = ap.parse_args()
     pairs = {
@@ -55,7 +54,7 @@ def main():
         "1b-q8": (WORK / "llama1b-q8g64", WORK / "llama1b-Q8_0.gguf"),
     }
     print(f"threads {a.threads}, prompt lengths {a.prompt_lengths}, gen {a.gen}, "
-          f"repeat {a.repeat}{', tq --int8' if a.int8 else ''}")
+          f"repeat {a.repeat}, tq --activations {a.activations}")
     print(f"{'pair':10} {'len':>5} {'tq pre':>9} {'llama pre':>9} {'ratio':>6} "
           f"{'tq dec':>8} {'llama dec':>9} {'ratio':>6}")
     for name in a.pairs.split(","):

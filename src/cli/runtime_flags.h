@@ -3,6 +3,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include <map>
+#include <string>
+
 #include "model/forward.h"
 
 namespace tq::cli {
@@ -13,9 +16,14 @@ inline void add_runtime_flags(CLI::App& app, RuntimeOptions* o) {
       "run the f32 reference runtime (weights dequantized at load) instead of the fast one");
   app.add_option("--threads", o->threads, "fast runtime: threads in all (0: one per core)")
       ->capture_default_str();
-  app.add_flag("--int8", o->int8_activations,
-               "fast runtime: quantize activations to int8 per block of 32 where an integer "
-               "kernel exists (affine 4/8-bit)");
+  app.add_option("--activations", o->activations,
+                 "fast runtime: auto (integer kernels for decode, f32 + BLAS for prefill), int8 "
+                 "(integer kernels wherever they exist: affine 4/8-bit) or f32")
+      ->transform(CLI::CheckedTransformer(
+          std::map<std::string, ActPath>{
+              {"auto", ActPath::kAuto}, {"int8", ActPath::kInt8}, {"f32", ActPath::kF32}},
+          CLI::ignore_case))
+      ->default_str("auto");
 }
 
 }  // namespace tq::cli

@@ -4,15 +4,13 @@
 // (packed_matmul_ref / packed_matmul_q8_ref) and SIMD versions compiled once per ISA with
 // Highway and chosen at run time (HWY_DYNAMIC_DISPATCH: AVX2, AVX-512, AVX-512 VNNI = AVX3_DL).
 //
-//   format           | decode (n = 1), f32 act.         | prefill (n > 1), f32 act. | int8 act.
-//   (q8) f32 / f16 / bf16 | 4 rows per pass, x loaded once   | rows decoded to f32 strip | - affine
-//   4-bit     | fused: nibbles -> f32, x split   | strip + 4x3 FMA tile      | VNNI dpbusd
-//   (AVX3_DL),
-//                    | even/odd, s·Σqx + b·Σx per group |                           | maddubs
-//                    (AVX2, AVX3)
-//   affine 8-bit     | fused: bytes -> f32              | strip + tile              | VNNI dpbusd
-//   (AVX3_DL) affine 2/3/5/6   | row decoded to f32, then dot     | strip + tile              | -
-//   mxfp4/nvfp4/mxfp8| row decoded to f32, then dot     | strip + tile              | -
+//   format         | decode (n = 1), f32 act.      | prefill, f32 act.  | int8 act. (ActQ8)
+//   f32/f16/bf16   | 4 rows per pass, x loaded once| decoded strip +    | -
+//   affine 4-bit   | nibbles -> f32, x split even/ |   4x3 FMA tile     | dpbusd (AVX3_DL),
+//                  |   odd, s·Σqx + b·Σx per group |                    |   maddubs (AVX2/3)
+//   affine 8-bit   | bytes -> f32                  |                    | dpbusd (AVX3_DL)
+//   affine 2/3/5/6 | row decoded to f32, then dot  |                    | -
+//   mxfp4/nvfp4/mx8| row decoded to f32, then dot  |                    | -
 //
 // Rows [r0, r1) only, so a thread pool can split the work by output rows.
 #pragma once
@@ -33,18 +31,24 @@ void packed_decode_row(const PackedMatrix& w, int64_t r, float* out);
 void packed_matmul_ref(const PackedMatrix& w, const float* x, int64_t n, float* y, int64_t ldy,
                        int64_t r0, int64_t r1);
 
-// Activations quantized to int8 per block of 32 values: x ≈ d · q, d = max|x| / 127.
+// Activations as two int8 planes per block of 32 values: x ≈ d · (q + r / 256), d = max|x| / 127,
+// q = round(x / d), r = round(256 · (x / d - q)) (|r| <= 127). Integer dot products take
+// both planes (Σ code·q · 256 + Σ code·r in int32), so the products keep ~16-bit precision
+// at the cost of a second pass over the same weight registers: plain int8 (q alone) moved
+// SmolLM2's PPL by 0.3-0.5%, over the 0.2% the runtime allows.
 struct ActQ8 {
-  int64_t n = 0, cols = 0;  // cols % 32 == 0
-  std::vector<int8_t> q;    // [n, cols] natural order
+  int64_t n = 0, cols = 0;   // cols % 32 == 0
+  std::vector<int8_t> q, r;  // [n, cols] natural order
   // [n, cols] in the order of 4-bit codes' nibbles: each 128-chunk of two 64-halves A, B as
   // (A even k, B even k, A odd k, B odd k); a last 64-chunk as (even k, odd k); a last
   // 32-block as is.
-  std::vector<int8_t> q4;
+  std::vector<int8_t> q4, r4;
   std::vector<float> d;    // [n, cols / 32]
-  std::vector<float> dv;   // [n, cols / 64 * 8]: d[2c] four times, then d[2c+1] four times
-  std::vector<float> dv8;  // [n, cols / 64 * 16]: d[2c] eight times, then d[2c+1] eight
-  std::vector<float> sum;  // [n, cols / 32] Σ x of the block, from the f32 values
+  std::vector<float> dv;   // [n, cols / 64 * 8]: d[2c] / 256 four times, then d[2c+1] / 256
+  std::vector<float> dv8;  // [n, cols / 64 * 16]: d[2c] / 256 eight times, then d[2c+1] / 256
+  // [n, cols / 32] Σ of the block's x as quantized (d · Σ (q + r/256)): the bias terms must see
+  // the same x as the codes, or the zero-point b multiplies the rounding errors.
+  std::vector<float> sum;
 };
 void quantize_act_q8(const float* x, int64_t n, int64_t cols, ActQ8* out);
 
@@ -53,7 +57,8 @@ bool packed_q8_supported(const PackedMatrix& w);
 // y as packed_matmul, from int8 activations (only where packed_q8_supported).
 void packed_matmul_q8(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,
                       int64_t r1);
-// Its scalar reference (affine only): per block, integer Σ q·xq, scaled by s·d; plus b·Σx.
+// Its scalar reference (affine only): per block, integer Σ code·(256·q + r), scaled by s·d/256;
+// plus b·sum.
 void packed_matmul_q8_ref(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,
                           int64_t r1);
 

@@ -79,28 +79,69 @@ inline __m512i DotU8S8(__m512i acc, __m512i u, __m512i s) {
 }
 #endif
 
-// The row's scales and biases as f32 (one conversion per group, not per chunk), padded by 4.
-inline void RowScales(const PackedMatrix& w, int64_t r, float* sc, float* sb) {
-  const int64_t G = w.groups();
-  for (int64_t g = 0; g < G; ++g) {
-    sc[g] = ScaleAtQ8(w.scale_dtype, w.scales, r * G + g);
-    sb[g] = ScaleAtQ8(w.scale_dtype, w.biases, r * G + g);
+namespace hn = hwy::HWY_NAMESPACE;
+
+// n values of a scale array (f32/f16/bf16) from index i0 to f32, in vectors.
+inline void ToF32(DType t, const uint8_t* base, int64_t i0, int64_t n, float* out) {
+  if (t == DType::kF32) {
+    std::memcpy(out, base + 4 * i0, static_cast<size_t>(n) * 4);
+    return;
   }
-  for (int i = 0; i < 4; ++i) sc[G + i] = 0.0f;
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  if (t == DType::kBF16) {
+    const hn::Rebind<hwy::bfloat16_t, decltype(df)> dh;
+    const auto* p = reinterpret_cast<const hwy::bfloat16_t*>(base) + i0;
+    for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, p + i)), df, out + i);
+  } else {
+    const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+    const auto* p = reinterpret_cast<const hwy::float16_t*>(base) + i0;
+    for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, p + i)), df, out + i);
+  }
+  for (; i < n; ++i) out[i] = ScaleAtQ8(t, base, i0 + i);
+}
+
+// Σ a[i]·b[i], in vectors (the bias terms: one per group of the row). Both arrays must be
+// readable up to a whole vector past n (the tail is a masked load).
+constexpr int64_t kPad = 16;
+inline float DotF(const float* a, const float* b, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  auto acc = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + N <= n; i += N) acc = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), acc);
+  if (i < n) {
+    const auto m = hn::FirstN(df, static_cast<size_t>(n - i));
+    acc = hn::MulAdd(hn::MaskedLoad(m, df, a + i), hn::MaskedLoad(m, df, b + i), acc);
+  }
+  return hn::GetLane(hn::SumOfLanes(df, acc));
+}
+
+// The scales and biases of rows [r, r + n) as f32 (contiguous in the checkpoint: one pass).
+inline void StripScales(const PackedMatrix& w, int64_t r, int64_t n, float* sc, float* sb) {
+  const int64_t G = w.groups();
+  ToF32(w.scale_dtype, w.scales, r * G, n * G, sc);
+  ToF32(w.scale_dtype, w.biases, r * G, n * G, sb);
 }
 
 inline int Log2(int64_t v) { return 63 - __builtin_clzll(static_cast<uint64_t>(v)); }
 
-// 64 4-bit codes (32 bytes at p) against their activations: low nibbles with xl, high with xh.
-// Lanes 0-3 sum the first 32-code block, lanes 4-7 the second.
-inline __m256i Dot64(const uint8_t* p, const int8_t* xl, const int8_t* xh) {
+// 64 4-bit codes (32 bytes at p) against both activation planes (low nibbles with ql/rl, high
+// with qh/rh): Σ code·q · 256 + Σ code·r per lane. Lanes 0-3 sum the first 32-code block,
+// lanes 4-7 the second.
+inline __m256i Dot64(const uint8_t* p, const int8_t* ql, const int8_t* qh, const int8_t* rl,
+                     const int8_t* rh) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   const __m256i lo = _mm256_and_si256(v, m4);
   const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-  const __m256i acc =
-      DotU8S8(_mm256_setzero_si256(), lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xl)));
-  return DotU8S8(acc, hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xh)));
+  auto ld = [](const int8_t* x) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)); };
+  __m256i a = DotU8S8(_mm256_setzero_si256(), lo, ld(ql));
+  a = DotU8S8(a, hi, ld(qh));
+  __m256i b = DotU8S8(_mm256_setzero_si256(), lo, ld(rl));
+  b = DotU8S8(b, hi, ld(rh));
+  return _mm256_add_epi32(_mm256_slli_epi32(a, 8), b);
 }
 
 // The scales of 64-code half h as 8 lanes (4 per 32-block).
@@ -109,13 +150,18 @@ inline __m256 HalfScales(const float* sc, int64_t h, int group, int gshift) {
   return _mm256_set1_ps(sc[h >> gshift]);
 }
 
-// y of row r for one token of 4-bit codes (see ActQ8::q4 for the activation order).
-inline float RowQ4(const PackedMatrix& w, const float* sc, const float* sb, const int8_t* q4,
-                   const int8_t* q, const float* d, const float* dv, const float* gsum) {
-  const uint8_t* row = w.data;
-  const int64_t cols = w.cols, full = cols / 128, halves = cols / 64;
+// y of R consecutive rows (codes from w.data; scales and biases at sc/sb, G per row) for one
+// token of 4-bit codes (see ActQ8::q4 for the activation order). R rows share every load of
+// the activations.
+template <int R>
+inline void RowsQ4(const PackedMatrix& w, const float* sc, const float* sb, const int8_t* q4,
+                   const int8_t* r4, const int8_t* q, const int8_t* rr, const float* d,
+                   const float* dv, const float* gsum, float* out) {
+  const int64_t cols = w.cols, full = cols / 128, halves = cols / 64, G = w.groups(),
+                rb = w.row_bytes();
   const int gshift = w.group >= 64 ? Log2(w.group / 64) : 0;
-  __m256 t0 = _mm256_setzero_ps(), t1 = t0;
+  __m256 t[R];
+  for (int i = 0; i < R; ++i) t[i] = _mm256_setzero_ps();
   int64_t h = 0;
 #if HWY_TARGET != HWY_AVX2
   {
@@ -124,64 +170,80 @@ inline float RowQ4(const PackedMatrix& w, const float* sc, const float* sb, cons
     const __m512i idx32 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
     const __m512i idx64 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const int cshift = w.group >= 128 ? Log2(w.group / 128) : 0;
-    __m512 u0 = _mm512_setzero_ps(), u1 = u0;
+    __m512 u[R];
+    for (int i = 0; i < R; ++i) u[i] = _mm512_setzero_ps();
     for (int64_t c = 0; c < full; ++c) {
-      const __m512i v = _mm512_loadu_si512(row + 64 * c);
-      const __m512i lo = _mm512_and_si512(v, m4);
-      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-      __m512i acc = DotU8S8(_mm512_setzero_si512(), lo, _mm512_loadu_si512(q4 + 128 * c));
-      acc = DotU8S8(acc, hi, _mm512_loadu_si512(q4 + 128 * c + 64));
-      __m512 sv;
-      if (w.group == 32)
-        sv = _mm512_permutexvar_ps(idx32, _mm512_castps128_ps512(_mm_loadu_ps(sc + 4 * c)));
-      else if (w.group == 64)
-        sv = _mm512_permutexvar_ps(idx64, _mm512_castps128_ps512(_mm_loadu_ps(sc + 2 * c)));
-      else
-        sv = _mm512_set1_ps(sc[c >> cshift]);
-      const __m512 f = _mm512_mul_ps(_mm512_loadu_ps(dv + 16 * c), sv);
-      if (c & 1)
-        u1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), f, u1);
-      else
-        u0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), f, u0);
+      const __m512i ql = _mm512_loadu_si512(q4 + 128 * c);
+      const __m512i qh = _mm512_loadu_si512(q4 + 128 * c + 64);
+      const __m512i rl = _mm512_loadu_si512(r4 + 128 * c);
+      const __m512i rh = _mm512_loadu_si512(r4 + 128 * c + 64);
+      const __m512 dvc = _mm512_loadu_ps(dv + 16 * c);
+#pragma GCC unroll 4
+      for (int i = 0; i < R; ++i) {
+        const __m512i v = _mm512_loadu_si512(w.data + i * rb + 64 * c);
+        const __m512i lo = _mm512_and_si512(v, m4);
+        const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        __m512i a = DotU8S8(_mm512_setzero_si512(), lo, ql);
+        a = DotU8S8(a, hi, qh);
+        __m512i b = DotU8S8(_mm512_setzero_si512(), lo, rl);
+        b = DotU8S8(b, hi, rh);
+        const __m512i acc = _mm512_add_epi32(_mm512_slli_epi32(a, 8), b);
+        const float* si = sc + i * G;
+        __m512 sv;
+        if (w.group == 32)
+          sv = _mm512_permutexvar_ps(idx32, _mm512_castps128_ps512(_mm_loadu_ps(si + 4 * c)));
+        else if (w.group == 64)
+          sv = _mm512_permutexvar_ps(idx64, _mm512_castps128_ps512(_mm_loadu_ps(si + 2 * c)));
+        else
+          sv = _mm512_set1_ps(si[c >> cshift]);
+        u[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(dvc, sv), u[i]);
+      }
     }
-    const __m512 u = _mm512_add_ps(u0, u1);
-    t0 = _mm256_add_ps(_mm512_castps512_ps256(u), _mm512_extractf32x8_ps(u, 1));
+    for (int i = 0; i < R; ++i)
+      t[i] = _mm256_add_ps(_mm512_castps512_ps256(u[i]), _mm512_extractf32x8_ps(u[i], 1));
     h = 2 * full;
   }
 #endif
   for (; h < halves; ++h) {
-    const int8_t* xl = h < 2 * full ? q4 + 128 * (h / 2) + 32 * (h % 2) : q4 + 64 * h;
-    const int8_t* xh = h < 2 * full ? xl + 64 : xl + 32;
-    const __m256i acc = Dot64(row + 32 * h, xl, xh);
-    const __m256 f = _mm256_mul_ps(_mm256_loadu_ps(dv + 8 * h), HalfScales(sc, h, w.group, gshift));
-    if (h & 1)
-      t1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), f, t1);
-    else
-      t0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), f, t0);
+    const int64_t o = h < 2 * full ? 128 * (h / 2) + 32 * (h % 2) : 64 * h;
+    const int64_t oh = h < 2 * full ? o + 64 : o + 32;
+    const __m256 dvh = _mm256_loadu_ps(dv + 8 * h);
+    for (int i = 0; i < R; ++i) {
+      const __m256i acc = Dot64(w.data + i * rb + 32 * h, q4 + o, q4 + oh, r4 + o, r4 + oh);
+      const __m256 f = _mm256_mul_ps(dvh, HalfScales(sc + i * G, h, w.group, gshift));
+      t[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), f, t[i]);
+    }
   }
-  float y = HSum(_mm256_add_ps(t0, t1));
-  if (cols % 64 != 0) {  // one 32-block left, in scalar code
-    const int64_t k0 = cols - 32;
-    int32_t isum = 0;
-    for (int64_t k = k0; k < cols; ++k) isum += ((row[k / 2] >> (4 * (k & 1))) & 0xF) * q[k];
-    y += sc[k0 / w.group] * d[cols / 32 - 1] * static_cast<float>(isum);
+  for (int i = 0; i < R; ++i) {
+    float y = HSum(t[i]);
+    if (cols % 64 != 0) {  // one 32-block left, in scalar code
+      const uint8_t* row = w.data + i * rb;
+      const int64_t k0 = cols - 32;
+      int32_t isum = 0;
+      for (int64_t k = k0; k < cols; ++k)
+        isum += ((row[k / 2] >> (4 * (k & 1))) & 0xF) * (256 * q[k] + rr[k]);
+      y += sc[i * G + k0 / w.group] * (d[cols / 32 - 1] / 256.0f) * static_cast<float>(isum);
+    }
+    out[i] = y + DotF(sb + i * G, gsum, G);
   }
-  for (int64_t g = 0; g < w.groups(); ++g) y += sb[g] * gsum[g];
-  return y;
 }
 
 #if HWY_TARGET == HWY_AVX3_DL
 // 8-bit codes (VNNI): 64 codes per step, lanes 0-7 on one 32-block and 8-15 on the next.
 inline float RowQ8(const PackedMatrix& w, const float* sc, const float* sb, const int8_t* q,
-                   const float* d, const float* dv8, const float* gsum) {
+                   const int8_t* rr, const float* d, const float* dv8, const float* gsum) {
   const uint8_t* row = w.data;
   const int64_t cols = w.cols, steps = cols / 64;
   const __m512i idx64 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   const int gshift = w.group >= 64 ? Log2(w.group / 64) : 0;
   __m512 u0 = _mm512_setzero_ps(), u1 = u0;
   for (int64_t h = 0; h < steps; ++h) {
-    const __m512i acc = _mm512_dpbusd_epi32(
-        _mm512_setzero_si512(), _mm512_loadu_si512(row + 64 * h), _mm512_loadu_si512(q + 64 * h));
+    const __m512i v = _mm512_loadu_si512(row + 64 * h);
+    const __m512i a =
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), v, _mm512_loadu_si512(q + 64 * h));
+    const __m512i b =
+        _mm512_dpbusd_epi32(_mm512_setzero_si512(), v, _mm512_loadu_si512(rr + 64 * h));
+    const __m512i acc = _mm512_add_epi32(_mm512_slli_epi32(a, 8), b);
     const __m512 sv = w.group == 32 ? _mm512_permutexvar_ps(
                                           idx64, _mm512_castps128_ps512(_mm_loadu_ps(sc + 2 * h)))
                                     : _mm512_set1_ps(sc[h >> gshift]);
@@ -194,13 +256,13 @@ inline float RowQ8(const PackedMatrix& w, const float* sc, const float* sb, cons
   float y = _mm512_reduce_add_ps(_mm512_add_ps(u0, u1));
   if (cols % 64 != 0) {
     const int64_t k0 = cols - 32;
-    const __m256i acc = _mm256_dpbusd_epi32(
-        _mm256_setzero_si256(), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + k0)),
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + k0)));
-    y += sc[k0 / w.group] * d[cols / 32 - 1] * HSum(_mm256_cvtepi32_ps(acc));
+    auto ld = [](const void* x) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)); };
+    const __m256i a = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ld(row + k0), ld(q + k0));
+    const __m256i b = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ld(row + k0), ld(rr + k0));
+    const __m256i acc = _mm256_add_epi32(_mm256_slli_epi32(a, 8), b);
+    y += sc[k0 / w.group] * (d[cols / 32 - 1] / 256.0f) * HSum(_mm256_cvtepi32_ps(acc));
   }
-  for (int64_t g = 0; g < w.groups(); ++g) y += sb[g] * gsum[g];
-  return y;
+  return y + DotF(sb, gsum, w.groups());
 }
 #endif
 
@@ -221,9 +283,9 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
   if (!SupportedImpl(w)) return;
   const int64_t cols = w.cols, nb = cols / 32, G = w.groups(), per = w.group / 32;
   thread_local std::vector<float> sc, sb, gsum;
-  sc.resize(static_cast<size_t>(8 * (G + 4)));
-  sb.resize(static_cast<size_t>(8 * G));
-  gsum.resize(static_cast<size_t>(xq.n * G));
+  sc.resize(static_cast<size_t>(8 * G + 4));  // + 4: RowQ4 reads 4 scales at a time
+  sb.resize(static_cast<size_t>(8 * G + kPad));
+  gsum.resize(static_cast<size_t>(xq.n * G + kPad));
   for (int64_t t = 0; t < xq.n; ++t)  // Σx per group per token: the bias terms
     for (int64_t g = 0; g < G; ++g) {
       float s = 0.0f;
@@ -234,29 +296,46 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
   constexpr int64_t kStrip = 8;
   for (int64_t rs = r0; rs < r1; rs += kStrip) {
     const int64_t re = std::min(r1, rs + kStrip);
-    for (int64_t r = rs; r < re; ++r)
-      RowScales(w, r, sc.data() + (r - rs) * (G + 4), sb.data() + (r - rs) * G);
+    StripScales(w, rs, re - rs, sc.data(), sb.data());
     for (int64_t t = 0; t < xq.n; ++t) {
       const int8_t* q = xq.q.data() + t * cols;
+      const int8_t* rr = xq.r.data() + t * cols;
       const float* d = xq.d.data() + t * nb;
       const float* gs = gsum.data() + t * G;
+      if (w.bits == 4) {
+        const int8_t* q4 = xq.q4.data() + t * cols;
+        const int8_t* r4 = xq.r4.data() + t * cols;
+        const float* dv = xq.dv.data() + t * (cols / 64) * 8;
+        float out[4];
+        int64_t r = rs;
+        for (; r < re; r += 4) {
+          PackedMatrix rows = w;
+          rows.data = w.data + r * w.row_bytes();
+          const float* rsc = sc.data() + (r - rs) * G;
+          const float* rsb = sb.data() + (r - rs) * G;
+          const int64_t nr = std::min<int64_t>(4, re - r);
+          if (nr == 4) {
+            RowsQ4<4>(rows, rsc, rsb, q4, r4, q, rr, d, dv, gs, out);
+          } else {
+            for (int64_t i = 0; i < nr; ++i) {
+              rows.data = w.data + (r + i) * w.row_bytes();
+              RowsQ4<1>(rows, rsc + i * G, rsb + i * G, q4, r4, q, rr, d, dv, gs, out + i);
+            }
+          }
+          for (int64_t i = 0; i < nr; ++i) y[t * ldy + r + i] = out[i];
+        }
+        continue;
+      }
       for (int64_t r = rs; r < re; ++r) {
         PackedMatrix row = w;
         row.data = w.data + r * w.row_bytes();
-        const float* rsc = sc.data() + (r - rs) * (G + 4);
+        const float* rsc = sc.data() + (r - rs) * G;
         const float* rsb = sb.data() + (r - rs) * G;
-        float v;
-        if (w.bits == 4) {
-          v = RowQ4(row, rsc, rsb, xq.q4.data() + t * cols, q, d,
-                    xq.dv.data() + t * (cols / 64) * 8, gs);
-        } else {
 #if HWY_TARGET == HWY_AVX3_DL
-          v = RowQ8(row, rsc, rsb, q, d, xq.dv8.data() + t * (cols / 64) * 16, gs);
+        y[t * ldy + r] = RowQ8(row, rsc, rsb, q, rr, d, xq.dv8.data() + t * (cols / 64) * 16, gs);
 #else
-          v = 0.0f;  // unreachable: SupportedImpl
+        (void)row, (void)rsc, (void)rsb;  // unreachable: SupportedImpl
 #endif
-        }
-        y[t * ldy + r] = v;
       }
     }
   }

@@ -46,8 +46,7 @@ void packed_matmul_ref(const PackedMatrix& w, const float* x, int64_t n, float* 
 void quantize_act_q8(const float* x, int64_t n, int64_t cols, ActQ8* out) {
   const int64_t nb = cols / 32;
   out->n = n, out->cols = cols;
-  out->q.resize(static_cast<size_t>(n * cols));
-  out->q4.resize(static_cast<size_t>(n * cols));
+  for (auto* v : {&out->q, &out->r, &out->q4, &out->r4}) v->resize(static_cast<size_t>(n * cols));
   out->d.resize(static_cast<size_t>(n * nb));
   out->sum.resize(static_cast<size_t>(n * nb));
   out->dv.resize(static_cast<size_t>(n * (cols / 64) * 8));
@@ -55,33 +54,46 @@ void quantize_act_q8(const float* x, int64_t n, int64_t cols, ActQ8* out) {
   for (int64_t t = 0; t < n; ++t) {
     const float* xt = x + t * cols;
     int8_t* q = out->q.data() + t * cols;
+    int8_t* r = out->r.data() + t * cols;
     for (int64_t b = 0; b < nb; ++b) {
       const float* xb = xt + b * 32;
-      float amax = 0.0f, s = 0.0f;
-      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i])), s += xb[i];
+      float amax = 0.0f;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
       const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-      for (int i = 0; i < 32; ++i) q[b * 32 + i] = static_cast<int8_t>(std::lrintf(xb[i] * id));
+      int32_t qs = 0;
+      for (int i = 0; i < 32; ++i) {
+        const float v = xb[i] * id;
+        const long qi = std::lrintf(v);
+        const long ri =
+            std::clamp<long>(std::lrintf(256.0f * (v - static_cast<float>(qi))), -127, 127);
+        q[b * 32 + i] = static_cast<int8_t>(qi), r[b * 32 + i] = static_cast<int8_t>(ri);
+        qs += static_cast<int32_t>(256 * qi + ri);
+      }
       out->d[t * nb + b] = d;
-      out->sum[t * nb + b] = s;
+      out->sum[t * nb + b] = d / 256.0f * static_cast<float>(qs);
     }
     // Nibble order: byte j of a 64-code half holds k = 2j (low nibble) and 2j+1 (high).
-    int8_t* q4 = out->q4.data() + t * cols;
-    int64_t c = 0;
-    for (; c + 128 <= cols; c += 128)
-      for (int j = 0; j < 32; ++j) {
-        q4[c + j] = q[c + 2 * j], q4[c + 32 + j] = q[c + 64 + 2 * j];
-        q4[c + 64 + j] = q[c + 2 * j + 1], q4[c + 96 + j] = q[c + 64 + 2 * j + 1];
+    for (int plane = 0; plane < 2; ++plane) {
+      const int8_t* src = plane == 0 ? q : r;
+      int8_t* q4 = (plane == 0 ? out->q4 : out->r4).data() + t * cols;
+      int64_t c = 0;
+      for (; c + 128 <= cols; c += 128)
+        for (int j = 0; j < 32; ++j) {
+          q4[c + j] = src[c + 2 * j], q4[c + 32 + j] = src[c + 64 + 2 * j];
+          q4[c + 64 + j] = src[c + 2 * j + 1], q4[c + 96 + j] = src[c + 64 + 2 * j + 1];
+        }
+      if (c + 64 <= cols) {
+        for (int j = 0; j < 32; ++j)
+          q4[c + j] = src[c + 2 * j], q4[c + 32 + j] = src[c + 2 * j + 1];
+        c += 64;
       }
-    if (c + 64 <= cols) {
-      for (int j = 0; j < 32; ++j) q4[c + j] = q[c + 2 * j], q4[c + 32 + j] = q[c + 2 * j + 1];
-      c += 64;
+      if (c < cols) std::memcpy(q4 + c, src + c, static_cast<size_t>(cols - c));
     }
-    if (c < cols) std::memcpy(q4 + c, q + c, static_cast<size_t>(cols - c));
     float* dv = out->dv.data() + t * (cols / 64) * 8;
     float* dv8 = out->dv8.data() + t * (cols / 64) * 16;
     for (int64_t h = 0; h < cols / 64; ++h) {
-      for (int i = 0; i < 8; ++i) dv[h * 8 + i] = out->d[t * nb + 2 * h + i / 4];
-      for (int i = 0; i < 16; ++i) dv8[h * 16 + i] = out->d[t * nb + 2 * h + i / 8];
+      for (int i = 0; i < 8; ++i) dv[h * 8 + i] = out->d[t * nb + 2 * h + i / 4] / 256.0f;
+      for (int i = 0; i < 16; ++i) dv8[h * 16 + i] = out->d[t * nb + 2 * h + i / 8] / 256.0f;
     }
   }
 }
@@ -93,6 +105,7 @@ void packed_matmul_q8_ref(const PackedMatrix& w, const ActQ8& xq, float* y, int6
     const uint8_t* row = w.data + r * w.row_bytes();
     for (int64_t t = 0; t < xq.n; ++t) {
       const int8_t* q = xq.q.data() + t * w.cols;
+      const int8_t* rr = xq.r.data() + t * w.cols;
       double acc = 0.0;
       for (int64_t g = 0; g < w.groups(); ++g) {
         const float s = scale_value(w, w.scales, r * w.groups() + g);
@@ -101,8 +114,8 @@ void packed_matmul_q8_ref(const PackedMatrix& w, const ActQ8& xq, float* y, int6
         for (int64_t b = g * per; b < (g + 1) * per; ++b) {
           int32_t isum = 0;
           for (int64_t k = b * 32; k < b * 32 + 32; ++k)
-            isum += static_cast<int32_t>(unpack_code(row, k, w.bits)) * q[k];
-          inner += static_cast<double>(xq.d[t * nb + b]) * isum;
+            isum += static_cast<int32_t>(unpack_code(row, k, w.bits)) * (256 * q[k] + rr[k]);
+          inner += static_cast<double>(xq.d[t * nb + b]) / 256.0 * isum;
           xsum += xq.sum[t * nb + b];
         }
         acc += s * inner + bias * xsum;

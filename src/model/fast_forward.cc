@@ -122,9 +122,10 @@ Status FastModel::Impl::vec(const TensorSource& ts, const TensorSpec& s, std::ve
 // The products in `jobs` share the input x[n, cols]; their output rows are concatenated and
 // split over the pool in one pass.
 void FastModel::Impl::run(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const {
-  if (n >= kBlasMinTokens && !opts.int8_activations) return run_blas(jobs, xin, n);
+  const ActPath act = opts.activations;
+  if (n >= kBlasMinTokens && act != ActPath::kInt8) return run_blas(jobs, xin, n);
   bool q8 = false;
-  if (opts.int8_activations)
+  if (act != ActPath::kF32)
     for (const MatJob& j : jobs) q8 |= packed_q8_supported(*j.w);
   if (q8) quantize_act_q8(xin, n, jobs.begin()->w->cols, &xq);
   int64_t total = 0;
@@ -283,8 +284,12 @@ Result<std::unique_ptr<FastModel>> FastModel::load(const ModelSource& src,
 }
 
 std::string FastModel::name() const {
-  return fmt::format("fast ({}, {} threads{})", packed_kernel_isa(), impl_->pool->size(),
-                     impl_->opts.int8_activations ? ", int8 activations" : "");
+  const ActPath a = impl_->opts.activations;
+  return fmt::format("fast ({}, {} threads, {} activations)", packed_kernel_isa(),
+                     impl_->pool->size(),
+                     a == ActPath::kAuto   ? "auto"
+                     : a == ActPath::kInt8 ? "int8"
+                                           : "f32");
 }
 
 int FastModel::threads() const { return impl_->pool->size(); }

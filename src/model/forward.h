@@ -26,10 +26,14 @@ struct KvCache {
   void clear() { n = 0; }
 };
 
+// Fast runtime: how products take their activations. kAuto: integer kernels (two int8 planes,
+// kernels/packed_matmul.h ActQ8) for decode-sized batches, f32 + OpenBLAS for long prefills.
+enum class ActPath : uint8_t { kAuto, kInt8, kF32 };
+
 struct RuntimeOptions {
-  bool reference = false;         // the f32 reference runtime instead of the fast one
-  int threads = 0;                // fast runtime: threads in all (<= 0: one per core)
-  bool int8_activations = false;  // fast runtime: int8 activations where a kernel has them
+  bool reference = false;  // the f32 reference runtime instead of the fast one
+  int threads = 0;         // fast runtime: threads in all (<= 0: one per core)
+  ActPath activations = ActPath::kAuto;
 };
 
 class FastModel;
@@ -48,7 +52,7 @@ class Transformer {
       const ModelSource& src, const RuntimeOptions& opts,
       std::function<void(int64_t, int64_t)> progress = nullptr);
 
-  // "reference (OpenBLAS SkylakeX x2)" or "fast (AVX3_DL, 2 threads, int8 act.)".
+  // "reference (OpenBLAS SkylakeX x2)" or "fast (AVX3_DL, 2 threads, auto activations)".
   std::string runtime_name() const;
   // Weight bytes one decode step reads (every matrix once, one embedding row): the roofline.
   uint64_t bytes_per_token() const;

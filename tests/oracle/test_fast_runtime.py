@@ -79,12 +79,11 @@ def test_fast_kl_equals_reference(smollm2):
         "tokens_scored", WINDOWS * (SEQ_LEN - 1)))
 
 
-@pytest.mark.xfail(reason="int8 activations per block of 32 move SmolLM2's PPL by ~5% (open)",
-                   strict=False)
 @pytest.mark.parametrize("which", ["q4", "q8"])
 def test_int8_activations_move_ppl_less_than_0_2_percent(smollm2, which):
-    f = ppl(smollm2[which])
-    q = ppl(smollm2[which], "--int8")
+    f = ppl(smollm2[which], "--activations", "f32")
+    q = ppl(smollm2[which], "--activations", "int8")
+    assert q["runtime"].endswith("int8 activations)"), q["runtime"]
     effect = q["ppl"] / f["ppl"] - 1.0
     print(f"\n{which}: int8 activations change PPL by {effect * 100:+.4f}% "
           f"({f['ppl']:.6f} -> {q['ppl']:.6f})")

@@ -1,0 +1,100 @@
+// Micro-benchmarks of the runtime's kernels on SmolLM2-135M / Llama-3.2-1B shapes (Google
+// Benchmark; not a test). Weights are random codes: speed does not depend on the values.
+//   build/tq_kernel_bench [--benchmark_filter=Gemv] [--benchmark_min_time=0.2]
+// Gemv = decode (n = 1), Gemm = n tokens at once; _F32 = f32 activations, _Q8 = int8.
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "kernels/packed_matmul.h"
+#include "kernels/vec_ops.h"
+
+namespace tq {
+namespace {
+
+struct Weights {
+  std::vector<uint8_t> data, scales, biases;
+  PackedMatrix m;
+};
+
+// Affine `bits` g64 with bf16 scales (bits 16: a bf16 matrix).
+Weights make_weights(int bits, int64_t rows, int64_t cols) {
+  Weights w;
+  std::mt19937 rng(1);
+  w.data.resize(static_cast<size_t>(rows * cols * bits / 8));
+  for (auto& b : w.data) b = static_cast<uint8_t>(rng());
+  if (bits == 16) {
+    for (size_t i = 1; i < w.data.size(); i += 2) w.data[i] = 0x3C;  // finite bf16
+    w.m = make_float_matrix(DType::kBF16, rows, cols, w.data).value();
+    return w;
+  }
+  const size_t ng = static_cast<size_t>(rows * cols / 64);
+  w.scales.assign(2 * ng, 0x3C), w.biases.assign(2 * ng, 0xBC);
+  QuantSpec spec;
+  spec.bits = bits, spec.group_size = 64;
+  w.m = make_quant_matrix(spec, rows, cols, w.data, DType::kBF16, w.scales, w.biases).value();
+  return w;
+}
+
+std::vector<float> make_x(int64_t n, int64_t cols) {
+  std::mt19937 rng(2);
+  std::normal_distribution<float> nd;
+  std::vector<float> x(static_cast<size_t>(n * cols));
+  for (float& v : x) v = nd(rng);
+  return x;
+}
+
+// args: bits, rows, cols, tokens, int8 (0/1)
+void BM_Matmul(benchmark::State& st) {
+  const int bits = static_cast<int>(st.range(0));
+  const int64_t rows = st.range(1), cols = st.range(2), n = st.range(3);
+  const bool q8 = st.range(4) != 0;
+  Weights w = make_weights(bits, rows, cols);
+  if (q8 && !packed_q8_supported(w.m)) {
+    st.SkipWithError("no int8 kernel for this format on this CPU");
+    return;
+  }
+  std::vector<float> x = make_x(n, cols), y(static_cast<size_t>(n * rows));
+  ActQ8 xq;
+  for (auto _ : st) {
+    if (q8) {
+      quantize_act_q8(x.data(), n, cols, &xq);
+      packed_matmul_q8(w.m, xq, y.data(), rows, 0, rows);
+    } else {
+      packed_matmul(w.m, x.data(), n, y.data(), rows, 0, rows);
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(st.iterations() * w.m.bytes()));
+  st.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(rows * cols * n) * 1e-9,
+                                             benchmark::Counter::kIsIterationInvariantRate);
+  st.SetLabel(packed_kernel_isa());
+}
+
+void MatmulArgs(benchmark::internal::Benchmark* b) {
+  for (int bits : {4, 8, 16})
+    for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1536, 576}, {576, 1536}, {8192, 2048}})
+      for (int64_t n : {1, 64})
+        for (int q8 : {0, 1})
+          if (!(q8 && bits == 16)) b->Args({bits, rows, cols, n, q8});
+}
+BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->ArgNames({"bits", "rows", "cols", "n", "q8"});
+
+// args: positions, head_dim
+void BM_AttendOne(benchmark::State& st) {
+  const int64_t len = st.range(0), hd = st.range(1), ld = 3 * hd;
+  std::vector<float> q = make_x(1, hd), k = make_x(len, ld), v = make_x(len, ld);
+  std::vector<float> scores(static_cast<size_t>(len)), out(static_cast<size_t>(hd));
+  for (auto _ : st) {
+    attend_one(q.data(), k.data(), v.data(), len, ld, hd, 0.125f, scores.data(), out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.SetItemsProcessed(st.iterations() * len);
+}
+BENCHMARK(BM_AttendOne)->Args({128, 64})->Args({2048, 64})->ArgNames({"len", "hd"});
+
+}  // namespace
+}  // namespace tq
+
+BENCHMARK_MAIN();
