@@ -187,8 +187,8 @@ def llama1b_gguf(qtype, rng):
         nb = cols // 32
         raw = rng.integers(0, 256, size=(rows, nb, block_bytes), dtype=np.uint8)
         raw[:, :, 0:2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)  # block scale
-        w.add_tensor(f"{names[name]}.weight", raw.reshape(rows, nb * block_bytes),
-                     raw_shape=[rows, cols], raw_dtype=qtype)
+        # gguf takes the byte shape of a quantized tensor and derives [rows, cols] itself.
+        w.add_tensor(f"{names[name]}.weight", raw.reshape(rows, nb * block_bytes), raw_dtype=qtype)
     ones = np.ones(c["hidden_size"], np.float32)
     w.add_tensor("output_norm.weight", ones)
     for l in range(c["num_hidden_layers"]):
@@ -204,7 +204,8 @@ def one_b():
     WORK.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(1234)
     for bits in (4, 8):
-        llama1b_mlx(bits, rng)
+        if not (WORK / f"llama1b-q{bits}g64" / "model.safetensors").exists():
+            llama1b_mlx(bits, rng)
     for qt in (Q.Q4_0, Q.Q8_0):
         llama1b_gguf(qt, rng)
 

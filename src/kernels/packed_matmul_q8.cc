@@ -229,40 +229,48 @@ inline void RowsQ4(const PackedMatrix& w, const float* sc, const float* sb, cons
 }
 
 #if HWY_TARGET == HWY_AVX3_DL
-// 8-bit codes (VNNI): 64 codes per step, lanes 0-7 on one 32-block and 8-15 on the next.
-inline float RowQ8(const PackedMatrix& w, const float* sc, const float* sb, const int8_t* q,
-                   const int8_t* rr, const float* d, const float* dv8, const float* gsum) {
-  const uint8_t* row = w.data;
-  const int64_t cols = w.cols, steps = cols / 64;
+// 8-bit codes (VNNI), R consecutive rows: 64 codes per step, lanes 0-7 on one 32-block and 8-15
+// on the next.
+template <int R>
+inline void RowsQ8(const PackedMatrix& w, const float* sc, const float* sb, const int8_t* q,
+                   const int8_t* rr, const float* d, const float* dv8, const float* gsum,
+                   float* out) {
+  const int64_t cols = w.cols, steps = cols / 64, G = w.groups(), rb = w.row_bytes();
   const __m512i idx64 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   const int gshift = w.group >= 64 ? Log2(w.group / 64) : 0;
-  __m512 u0 = _mm512_setzero_ps(), u1 = u0;
+  __m512 u[R];
+  for (int i = 0; i < R; ++i) u[i] = _mm512_setzero_ps();
   for (int64_t h = 0; h < steps; ++h) {
-    const __m512i v = _mm512_loadu_si512(row + 64 * h);
-    const __m512i a =
-        _mm512_dpbusd_epi32(_mm512_setzero_si512(), v, _mm512_loadu_si512(q + 64 * h));
-    const __m512i b =
-        _mm512_dpbusd_epi32(_mm512_setzero_si512(), v, _mm512_loadu_si512(rr + 64 * h));
-    const __m512i acc = _mm512_add_epi32(_mm512_slli_epi32(a, 8), b);
-    const __m512 sv = w.group == 32 ? _mm512_permutexvar_ps(
-                                          idx64, _mm512_castps128_ps512(_mm_loadu_ps(sc + 2 * h)))
-                                    : _mm512_set1_ps(sc[h >> gshift]);
-    const __m512 f = _mm512_mul_ps(_mm512_loadu_ps(dv8 + 16 * h), sv);
-    if (h & 1)
-      u1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), f, u1);
-    else
-      u0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), f, u0);
+    const __m512i qv = _mm512_loadu_si512(q + 64 * h), rv = _mm512_loadu_si512(rr + 64 * h);
+    const __m512 dvh = _mm512_loadu_ps(dv8 + 16 * h);
+#pragma GCC unroll 4
+    for (int i = 0; i < R; ++i) {
+      const __m512i v = _mm512_loadu_si512(w.data + i * rb + 64 * h);
+      const __m512i a = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v, qv);
+      const __m512i b = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v, rv);
+      const __m512i acc = _mm512_add_epi32(_mm512_slli_epi32(a, 8), b);
+      const float* si = sc + i * G;
+      const __m512 sv = w.group == 32 ? _mm512_permutexvar_ps(
+                                            idx64, _mm512_castps128_ps512(_mm_loadu_ps(si + 2 * h)))
+                                      : _mm512_set1_ps(si[h >> gshift]);
+      u[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(dvh, sv), u[i]);
+    }
   }
-  float y = _mm512_reduce_add_ps(_mm512_add_ps(u0, u1));
-  if (cols % 64 != 0) {
-    const int64_t k0 = cols - 32;
-    auto ld = [](const void* x) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)); };
-    const __m256i a = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ld(row + k0), ld(q + k0));
-    const __m256i b = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ld(row + k0), ld(rr + k0));
-    const __m256i acc = _mm256_add_epi32(_mm256_slli_epi32(a, 8), b);
-    y += sc[k0 / w.group] * (d[cols / 32 - 1] / 256.0f) * HSum(_mm256_cvtepi32_ps(acc));
+  for (int i = 0; i < R; ++i) {
+    float y = _mm512_reduce_add_ps(u[i]);
+    if (cols % 64 != 0) {
+      const uint8_t* row = w.data + i * rb;
+      const int64_t k0 = cols - 32;
+      auto ld = [](const void* x) {
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+      };
+      const __m256i a = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ld(row + k0), ld(q + k0));
+      const __m256i b = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ld(row + k0), ld(rr + k0));
+      const __m256i acc = _mm256_add_epi32(_mm256_slli_epi32(a, 8), b);
+      y += sc[i * G + k0 / w.group] * (d[cols / 32 - 1] / 256.0f) * HSum(_mm256_cvtepi32_ps(acc));
+    }
+    out[i] = y + DotF(sb + i * G, gsum, G);
   }
-  return y + DotF(sb, gsum, w.groups());
 }
 #endif
 
@@ -302,41 +310,30 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
       const int8_t* rr = xq.r.data() + t * cols;
       const float* d = xq.d.data() + t * nb;
       const float* gs = gsum.data() + t * G;
-      if (w.bits == 4) {
-        const int8_t* q4 = xq.q4.data() + t * cols;
-        const int8_t* r4 = xq.r4.data() + t * cols;
-        const float* dv = xq.dv.data() + t * (cols / 64) * 8;
-        float out[4];
-        int64_t r = rs;
-        for (; r < re; r += 4) {
-          PackedMatrix rows = w;
-          rows.data = w.data + r * w.row_bytes();
-          const float* rsc = sc.data() + (r - rs) * G;
-          const float* rsb = sb.data() + (r - rs) * G;
-          const int64_t nr = std::min<int64_t>(4, re - r);
-          if (nr == 4) {
-            RowsQ4<4>(rows, rsc, rsb, q4, r4, q, rr, d, dv, gs, out);
-          } else {
-            for (int64_t i = 0; i < nr; ++i) {
-              rows.data = w.data + (r + i) * w.row_bytes();
-              RowsQ4<1>(rows, rsc + i * G, rsb + i * G, q4, r4, q, rr, d, dv, gs, out + i);
-            }
-          }
-          for (int64_t i = 0; i < nr; ++i) y[t * ldy + r + i] = out[i];
-        }
-        continue;
-      }
-      for (int64_t r = rs; r < re; ++r) {
-        PackedMatrix row = w;
-        row.data = w.data + r * w.row_bytes();
+      const int8_t* q4 = xq.q4.data() + t * cols;
+      const int8_t* r4 = xq.r4.data() + t * cols;
+      const float* dv = xq.dv.data() + t * (cols / 64) * 8;
+      const float* dv8 = xq.dv8.data() + t * (cols / 64) * 16;
+      // Four rows at a time share the activation loads; the strip's last rows one by one.
+      auto rows = [&]<int R>(int64_t r, float* out) {
+        PackedMatrix m = w;
+        m.data = w.data + r * w.row_bytes();
         const float* rsc = sc.data() + (r - rs) * G;
         const float* rsb = sb.data() + (r - rs) * G;
+        if (w.bits == 4) return RowsQ4<R>(m, rsc, rsb, q4, r4, q, rr, d, dv, gs, out);
 #if HWY_TARGET == HWY_AVX3_DL
-        y[t * ldy + r] = RowQ8(row, rsc, rsb, q, rr, d, xq.dv8.data() + t * (cols / 64) * 16, gs);
+        RowsQ8<R>(m, rsc, rsb, q, rr, d, dv8, gs, out);
 #else
-        (void)row, (void)rsc, (void)rsb;  // unreachable: SupportedImpl
+        (void)dv8;  // unreachable: SupportedImpl
 #endif
+      };
+      float out[4];
+      int64_t r = rs;
+      for (; r + 4 <= re; r += 4) {
+        rows.template operator()<4>(r, out);
+        for (int i = 0; i < 4; ++i) y[t * ldy + r + i] = out[i];
       }
+      for (; r < re; ++r) rows.template operator()<1>(r, y + t * ldy + r);
     }
   }
 #else
