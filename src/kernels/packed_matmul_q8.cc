@@ -125,6 +125,11 @@ inline void StripScales(const PackedMatrix& w, int64_t r, int64_t n, float* sc, 
   ToF32(w.scale_dtype, w.biases, r * G, n * G, sb);
 }
 
+// Exactly two floats (the scales of a 128-chunk at g64), so the read never passes the row's end.
+inline __m128 Load2(const float* p) {
+  return _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p)));
+}
+
 inline int Log2(int64_t v) { return 63 - __builtin_clzll(static_cast<uint64_t>(v)); }
 
 // 64 4-bit codes (32 bytes at p) against both activation planes (low nibbles with ql/rl, high
@@ -193,7 +198,7 @@ inline void RowsQ4(const PackedMatrix& w, const float* sc, const float* sb, cons
         if (w.group == 32)
           sv = _mm512_permutexvar_ps(idx32, _mm512_castps128_ps512(_mm_loadu_ps(si + 4 * c)));
         else if (w.group == 64)
-          sv = _mm512_permutexvar_ps(idx64, _mm512_castps128_ps512(_mm_loadu_ps(si + 2 * c)));
+          sv = _mm512_permutexvar_ps(idx64, _mm512_castps128_ps512(Load2(si + 2 * c)));
         else
           sv = _mm512_set1_ps(si[c >> cshift]);
         u[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(dvc, sv), u[i]);
@@ -250,9 +255,9 @@ inline void RowsQ8(const PackedMatrix& w, const float* sc, const float* sb, cons
       const __m512i b = _mm512_dpbusd_epi32(_mm512_setzero_si512(), v, rv);
       const __m512i acc = _mm512_add_epi32(_mm512_slli_epi32(a, 8), b);
       const float* si = sc + i * G;
-      const __m512 sv = w.group == 32 ? _mm512_permutexvar_ps(
-                                            idx64, _mm512_castps128_ps512(_mm_loadu_ps(si + 2 * h)))
-                                      : _mm512_set1_ps(si[h >> gshift]);
+      const __m512 sv =
+          w.group == 32 ? _mm512_permutexvar_ps(idx64, _mm512_castps128_ps512(Load2(si + 2 * h)))
+                        : _mm512_set1_ps(si[h >> gshift]);
       u[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(dvh, sv), u[i]);
     }
   }
@@ -291,7 +296,7 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
   if (!SupportedImpl(w)) return;
   const int64_t cols = w.cols, nb = cols / 32, G = w.groups(), per = w.group / 32;
   thread_local std::vector<float> sc, sb, gsum;
-  sc.resize(static_cast<size_t>(8 * G + 4));  // + 4: RowQ4 reads 4 scales at a time
+  sc.resize(static_cast<size_t>(8 * G));
   sb.resize(static_cast<size_t>(8 * G + kPad));
   gsum.resize(static_cast<size_t>(xq.n * G + kPad));
   for (int64_t t = 0; t < xq.n; ++t)  // Σx per group per token: the bias terms
@@ -304,7 +309,11 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
   constexpr int64_t kStrip = 8;
   for (int64_t rs = r0; rs < r1; rs += kStrip) {
     const int64_t re = std::min(r1, rs + kStrip);
-    StripScales(w, rs, re - rs, sc.data(), sb.data());
+    // f32 scales are read where they lie; f16/bf16 ones converted once per strip.
+    const bool direct = w.scale_dtype == DType::kF32;
+    if (!direct) StripScales(w, rs, re - rs, sc.data(), sb.data());
+    const float* scs = direct ? reinterpret_cast<const float*>(w.scales) + rs * G : sc.data();
+    const float* sbs = direct ? reinterpret_cast<const float*>(w.biases) + rs * G : sb.data();
     for (int64_t t = 0; t < xq.n; ++t) {
       const int8_t* q = xq.q.data() + t * cols;
       const int8_t* rr = xq.r.data() + t * cols;
@@ -318,8 +327,8 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
       auto rows = [&]<int R>(int64_t r, float* out) {
         PackedMatrix m = w;
         m.data = w.data + r * w.row_bytes();
-        const float* rsc = sc.data() + (r - rs) * G;
-        const float* rsb = sb.data() + (r - rs) * G;
+        const float* rsc = scs + (r - rs) * G;
+        const float* rsb = sbs + (r - rs) * G;
         if (w.bits == 4) return RowsQ4<R>(m, rsc, rsb, q4, r4, q, rr, d, dv, gs, out);
 #if HWY_TARGET == HWY_AVX3_DL
         RowsQ8<R>(m, rsc, rsb, q, rr, d, dv8, gs, out);
