@@ -27,7 +27,7 @@ struct KvCache {
 };
 
 // Fast runtime: how products take their activations. kAuto: integer kernels (two int8 planes,
-// kernels/packed_matmul.h ActQ8) for decode-sized batches, f32 + OpenBLAS for long prefills.
+// kernels/packed_matmul.h ActQ8) for batches under 48 tokens, f32 + OpenBLAS from 48 on.
 enum class ActPath : uint8_t { kAuto, kInt8, kF32 };
 
 struct RuntimeOptions {
