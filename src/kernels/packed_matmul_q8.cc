@@ -309,6 +309,16 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
   constexpr int64_t kStrip = 8;
   for (int64_t rs = r0; rs < r1; rs += kStrip) {
     const int64_t re = std::min(r1, rs + kStrip);
+    // Codes two strips ahead requested now: with weights streaming from DRAM the hardware
+    // prefetcher alone left the loop waiting on its loads (Llama-1B 4-bit decode +38%, 8-bit
+    // +11%, SmolLM2 from L3 +4-11%; one strip ahead gained less, three no more).
+    constexpr int64_t kAhead = 2 * kStrip;
+    if (rs + kAhead < r1) {
+      const uint8_t* nx = w.data + (rs + kAhead) * w.row_bytes();
+      const int64_t bytes = std::min(kStrip, r1 - rs - kAhead) * w.row_bytes();
+      for (int64_t o = 0; o < bytes; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(nx + o), _MM_HINT_T0);
+    }
     // f32 scales are read where they lie; f16/bf16 ones converted once per strip.
     const bool direct = w.scale_dtype == DType::kF32;
     if (!direct) StripScales(w, rs, re - rs, sc.data(), sb.data());
