@@ -102,6 +102,12 @@ for t in $TARGETS; do
   if LD_PRELOAD="$BLAS" "$PY" "$TQ_ROOT/bench/mlx_dynamic_side.py" "$SRC" "$d" "$t" $lh "$SOTU" \
     "$DQ_ROWS" >"$d.log" 2>&1; then
     row "mlx dynamic_quant $t (${lh/ /\/})" "$d"
+    # It overshoots its target: ours at its exact bpw too, for a comparison at equal size.
+    pb="$(jq -r '.bpw * 1000 | floor / 1000' "$d.inspect.json")"
+    a="$OUT/tq-alloc-$pb"
+    "$TQ_BIN" convert "$SRC" -o "$a" --target-bpw "$pb" --sensitivity "$sens" --dtype bf16 \
+      --force --no-db 2>"$a.log"
+    row "tq allocated $pb" "$a"
   else
     echo "| mlx dynamic_quant $t | failed: $(tail -1 "$d.log" | cut -c1-80) |||||"
   fi
