@@ -1,7 +1,7 @@
 // Micro-benchmarks of the runtime's kernels on SmolLM2-135M / Llama-3.2-1B shapes (Google
 // Benchmark; not a test). Weights are random codes: speed does not depend on the values.
-//   build/tq_kernel_bench [--benchmark_filter=Gemv] [--benchmark_min_time=0.2]
-// Gemv = decode (n = 1), Gemm = n tokens at once; _F32 = f32 activations, _Q8 = int8.
+//   build/tq_kernel_bench [--benchmark_filter='n:1/'] [--benchmark_min_time=0.2]
+// BM_Matmul args: bits (16 = bf16), rows, cols, n tokens (1 = decode), q8 (1 = int8 activations).
 #include <benchmark/benchmark.h>
 
 #include <random>

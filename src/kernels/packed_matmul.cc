@@ -12,7 +12,6 @@
 #endif
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/packed_matmul.cc"
-#include <hwy/cache_control.h>
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 #include <hwy/highway.h>
 
@@ -58,14 +57,6 @@ inline float ScalarW(const uint8_t* row, int64_t k) {
   return ScaleAt(DType::kF16, row, k);
 }
 
-// Decode reads each weight once: every row pass first requests the codes of row r + 16 (the
-// hardware prefetcher alone falls behind when the weights stream from DRAM).
-inline void PrefetchRow(const PackedMatrix& w, int64_t r, int64_t r1) {
-  if (r + 16 >= r1) return;
-  const uint8_t* p = w.data + (r + 16) * w.row_bytes();
-  for (int64_t o = 0; o < w.row_bytes(); o += 64) hwy::Prefetch(p + o);
-}
-
 // Decode (n = 1) for float formats: four rows per pass share every load of x.
 template <WeightFormat F>
 void GemvFloat(const PackedMatrix& w, const float* x, float* y, int64_t r0, int64_t r1) {
@@ -74,7 +65,6 @@ void GemvFloat(const PackedMatrix& w, const float* x, float* y, int64_t r0, int6
   const int64_t cols = w.cols, main = cols - cols % N, rb = w.row_bytes();
   int64_t r = r0;
   for (; r + 4 <= r1; r += 4) {
-    for (int i = 0; i < 4; ++i) PrefetchRow(w, r + i, r1);
     const uint8_t* p0 = w.data + r * rb;
     const uint8_t *p1 = p0 + rb, *p2 = p1 + rb, *p3 = p2 + rb;
     VF a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0;
@@ -133,7 +123,6 @@ void GemvAffine4(const PackedMatrix& w, const float* x, float* y, int64_t r0, in
   GroupSums(x, cols, w.group, gsum.data());
   const auto mask = hn::Set(du8, 0xF);
   for (int64_t r = r0; r < r1; ++r) {
-    PrefetchRow(w, r, r1);
     const uint8_t* row = w.data + r * w.row_bytes();
     VF tot = hn::Zero(df);
     float bsum = 0.0f;
@@ -166,7 +155,6 @@ void GemvAffine8(const PackedMatrix& w, const float* x, float* y, int64_t r0, in
   gsum.resize(static_cast<size_t>(G));
   GroupSums(x, w.cols, group, gsum.data());
   for (int64_t r = r0; r < r1; ++r) {
-    PrefetchRow(w, r, r1);
     const uint8_t* row = w.data + r * w.row_bytes();
     VF tot = hn::Zero(df);
     float bsum = 0.0f;
@@ -286,7 +274,6 @@ void GemvDecoded(const PackedMatrix& w, const float* x, float* y, int64_t r0, in
   thread_local std::vector<float> row;
   row.resize(static_cast<size_t>(w.cols));
   for (int64_t r = r0; r < r1; ++r) {
-    PrefetchRow(w, r, r1);
     DecodeRow(w, r, row.data());
     y[r] = DotF32(df, row.data(), x, w.cols);
   }

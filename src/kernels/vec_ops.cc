@@ -45,43 +45,16 @@ void AxpyImpl(float a, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
-// Head sizes that are not a multiple of the vector width.
-void AttendScalar(const float* q, const float* k, const float* v, int64_t len, int64_t ld,
-                  int64_t hd, float scale, float* scores, float* out) {
-  float m = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < len; ++j) {
-    scores[j] = scale * DotImpl(q, k + j * ld, hd);
-    m = scores[j] > m ? scores[j] : m;
-  }
-  double sum = 0.0;
-  for (int64_t j = 0; j < len; ++j) {
-    scores[j] = std::exp(scores[j] - m);
-    sum += scores[j];
-  }
-  const float inv = static_cast<float>(1.0 / sum);
-  for (int64_t i = 0; i < hd; ++i) out[i] = 0.0f;
-  for (int64_t j = 0; j < len; ++j) AxpyImpl(scores[j] * inv, v + j * ld, out, hd);
-}
-
-// Scores, exp and the weighted sum of V rows, all in vectors: exp is Highway's (no scalar
-// libm call per position), and each V chunk of up to kOut vectors of out stays in registers
-// while the positions stream past.
+// Scores, exp and the weighted sum of V rows in vectors: exp is Highway's (no scalar libm call
+// per position), and each V chunk of up to kOut vectors of out stays in registers while the
+// positions stream past.
 void AttendImpl(const float* q, const float* k, const float* v, int64_t len, int64_t ld, int64_t hd,
                 float scale, float* scores, float* out) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  if (hd % N != 0) return AttendScalar(q, k, v, len, ld, hd, scale, scores, out);
   float m = -std::numeric_limits<float>::infinity();
   for (int64_t j = 0; j < len; ++j) {
-    const float* kj = k + j * ld;
-    auto s0 = hn::Zero(df), s1 = s0;
-    int64_t i = 0;
-    for (; i + 2 * N <= hd; i += 2 * N) {
-      s0 = hn::MulAdd(hn::LoadU(df, q + i), hn::LoadU(df, kj + i), s0);
-      s1 = hn::MulAdd(hn::LoadU(df, q + i + N), hn::LoadU(df, kj + i + N), s1);
-    }
-    if (i < hd) s0 = hn::MulAdd(hn::LoadU(df, q + i), hn::LoadU(df, kj + i), s0);
-    scores[j] = scale * hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1)));
+    scores[j] = scale * DotImpl(q, k + j * ld, hd);
     m = scores[j] > m ? scores[j] : m;
   }
   const auto mv = hn::Set(df, m);
@@ -95,6 +68,11 @@ void AttendImpl(const float* q, const float* k, const float* v, int64_t len, int
   float sum = hn::GetLane(hn::SumOfLanes(df, sv));
   for (; j < len; ++j) scores[j] = std::exp(scores[j] - m), sum += scores[j];
   const float inv = 1.0f / sum;
+  if (hd % N != 0) {  // head sizes that are not a multiple of the vector width
+    for (int64_t i = 0; i < hd; ++i) out[i] = 0.0f;
+    for (j = 0; j < len; ++j) AxpyImpl(scores[j] * inv, v + j * ld, out, hd);
+    return;
+  }
   constexpr int64_t kOut = 8;
   for (int64_t i0 = 0; i0 < hd; i0 += kOut * N) {
     const int64_t nv = std::min<int64_t>(kOut, (hd - i0) / N);
