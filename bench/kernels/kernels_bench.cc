@@ -1,12 +1,14 @@
 // Micro-benchmarks of the runtime's kernels on SmolLM2-135M / Llama-3.2-1B shapes (Google
 // Benchmark; not a test). Weights are random codes: speed does not depend on the values.
 //   build/tq_kernel_bench [--benchmark_filter='n:1/'] [--benchmark_min_time=0.2]
-// BM_Matmul args: bits (16 = bf16), rows, cols, n tokens (1 = decode), q8 (1 = int8 activations).
+// BM_Matmul args: bits (16 = bf16), rows, cols, n tokens (1 = decode), q8 (1 = int8 activations,
+// 2 = int8 activations on the AMX tile kernel, quantization included).
 #include <benchmark/benchmark.h>
 
 #include <random>
 #include <vector>
 
+#include "kernels/amx_matmul.h"
 #include "kernels/packed_matmul.h"
 #include "kernels/vec_ops.h"
 
@@ -49,16 +51,25 @@ std::vector<float> make_x(int64_t n, int64_t cols) {
 void BM_Matmul(benchmark::State& st) {
   const int bits = static_cast<int>(st.range(0));
   const int64_t rows = st.range(1), cols = st.range(2), n = st.range(3);
-  const bool q8 = st.range(4) != 0;
+  const bool q8 = st.range(4) != 0, amx = st.range(4) == 2;
   Weights w = make_weights(bits, rows, cols);
-  if (q8 && !packed_q8_supported(w.m)) {
+  if (amx && !(amx_available() && amx_supported(w.m))) {
+    st.SkipWithError("no AMX on this CPU");
+    return;
+  }
+  if (q8 && !amx && !packed_q8_supported(w.m)) {
     st.SkipWithError("no int8 kernel for this format on this CPU");
     return;
   }
   std::vector<float> x = make_x(n, cols), y(static_cast<size_t>(n * rows));
   ActQ8 xq;
+  ActTiles xt;
   for (auto _ : st) {
-    if (q8) {
+    if (amx) {
+      act_tiles_init(n, cols, &xt);
+      quantize_act_tiles(x.data(), 0, n, &xt);
+      packed_matmul_amx(w.m, xt, y.data(), rows, 0, rows);
+    } else if (q8) {
       quantize_act_q8(x.data(), n, cols, &xq);
       packed_matmul_q8(w.m, xq, y.data(), rows, 0, rows);
     } else {
@@ -75,9 +86,10 @@ void BM_Matmul(benchmark::State& st) {
 void MatmulArgs(benchmark::internal::Benchmark* b) {
   for (int bits : {4, 8, 16})
     for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1536, 576}, {576, 1536}, {8192, 2048}})
-      for (int64_t n : {1, 64})
-        for (int q8 : {0, 1})
-          if (!(q8 && bits == 16)) b->Args({bits, rows, cols, n, q8});
+      for (int64_t n : {1, 64, 256})
+        for (int q8 : {0, 1, 2})
+          if (!(q8 && bits == 16) && !(q8 == 2 && n == 1) && !(n == 256 && q8 != 2))
+            b->Args({bits, rows, cols, n, q8});
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->ArgNames({"bits", "rows", "cols", "n", "q8"});
 

@@ -70,21 +70,6 @@ float load_scale(DType t, const uint8_t* p) {
   }
 }
 
-// Codes [first, first+n) of a packed row into `codes`; fast paths for the byte-aligned widths.
-void unpack_group(const uint8_t* row, int64_t first, int n, int bits, uint8_t* codes) {
-  if (bits == 8) {
-    std::memcpy(codes, row + first, n);
-  } else if (bits == 4) {  // first and n are even (groups are multiples of 16)
-    const uint8_t* p = row + first / 2;
-    for (int i = 0; i < n / 2; ++i) {
-      codes[2 * i] = p[i] & 0xF;
-      codes[2 * i + 1] = p[i] >> 4;
-    }
-  } else {
-    for (int i = 0; i < n; ++i) codes[i] = static_cast<uint8_t>(unpack_code(row, first + i, bits));
-  }
-}
-
 // ŵ = s*q + b in the scales dtype T, rounded as MLX does: round(round(s*q) + b).
 template <DType T>
 inline float affine_value(float s, float q, float b) {
@@ -131,6 +116,32 @@ uint32_t unpack_code(const uint8_t* row, int64_t i, int bits) {
   uint32_t v = p[0] >> shift;
   if (shift + bits > 8) v |= static_cast<uint32_t>(p[1]) << (8 - shift);  // straddles a byte
   return v & ((1u << bits) - 1);
+}
+
+// Codes [first, first + n) of a packed row as bytes (n a multiple of 8).
+void unpack_codes(const uint8_t* row, int64_t first, int64_t n, int bits, uint8_t* codes) {
+  if (bits == 8) {
+    std::memcpy(codes, row + first, static_cast<size_t>(n));
+  } else if (bits == 4) {
+    const uint8_t* p = row + first / 2;
+    for (int64_t i = 0; i < n / 2; ++i) codes[2 * i] = p[i] & 0xF, codes[2 * i + 1] = p[i] >> 4;
+  } else if (bits == 2) {
+    const uint8_t* p = row + first / 4;
+    for (int64_t i = 0; i < n / 4; ++i)
+      for (int j = 0; j < 4; ++j) codes[4 * i + j] = (p[i] >> (2 * j)) & 3;
+  } else if (bits == 3 || bits == 5 || bits == 6) {
+    // 8 codes fill `bits` whole bytes; read them as one little-endian word.
+    const uint8_t* p = row + first * bits / 8;
+    const uint64_t m = (1u << bits) - 1;
+    for (int64_t i = 0; i < n / 8; ++i) {
+      uint64_t v = 0;
+      std::memcpy(&v, p + i * bits, static_cast<size_t>(bits));
+      for (int j = 0; j < 8; ++j) codes[8 * i + j] = static_cast<uint8_t>((v >> (bits * j)) & m);
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i)
+      codes[i] = static_cast<uint8_t>(unpack_code(row, first + i, bits));
+  }
 }
 
 float e2m1_to_f32(uint8_t code) { return kE2M1[code & 0xF]; }
@@ -193,7 +204,7 @@ Status dequantize_mlx(const QuantSpec& spec, int64_t rows, int64_t cols,
     for (int64_t j = 0; j < groups; ++j) {
       const int64_t idx = r * groups + j;
       float* o = out.data() + r * cols + j * g;
-      unpack_group(row, j * g, g, spec.bits, codes);
+      unpack_codes(row, j * g, g, spec.bits, codes);
       if (has_biases) {
         float s = load_scale(scale_dtype, scales.data() + idx * ssize);
         float b = load_scale(scale_dtype, biases.data() + idx * ssize);

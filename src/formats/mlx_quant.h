@@ -15,6 +15,9 @@ namespace tq {
 // guarantees the bytes holding bits [i*bits, (i+1)*bits) exist.
 uint32_t unpack_code(const uint8_t* row, int64_t i, int bits);
 
+// Codes [first, first + n) of a packed row as bytes (n and first multiples of 8).
+void unpack_codes(const uint8_t* row, int64_t first, int64_t n, int bits, uint8_t* codes);
+
 float e2m1_to_f32(uint8_t code);  // low 4 bits used
 // MLX CPU decoding (mlx 0.32): 0x7F/0xFF are NaN (the Metal kernels give +-480 instead);
 // subnormals are m * 2^-9.

@@ -179,29 +179,6 @@ void GemvAffine8(const PackedMatrix& w, const float* x, float* y, int64_t r0, in
   }
 }
 
-// Codes [first, first + n) of a packed row as bytes (n a multiple of 8).
-void UnpackCodes(const uint8_t* row, int64_t first, int64_t n, int bits, uint8_t* codes) {
-  if (bits == 8) {
-    std::memcpy(codes, row + first, static_cast<size_t>(n));
-  } else if (bits == 4) {
-    const uint8_t* p = row + first / 2;
-    for (int64_t i = 0; i < n / 2; ++i) codes[2 * i] = p[i] & 0xF, codes[2 * i + 1] = p[i] >> 4;
-  } else if (bits == 2) {
-    const uint8_t* p = row + first / 4;
-    for (int64_t i = 0; i < n / 4; ++i)
-      for (int j = 0; j < 4; ++j) codes[4 * i + j] = (p[i] >> (2 * j)) & 3;
-  } else {
-    // 3, 5, 6 bits: 8 codes fill `bits` whole bytes; read them as one little-endian word.
-    const uint8_t* p = row + first * bits / 8;
-    const uint64_t m = (1u << bits) - 1;
-    for (int64_t i = 0; i < n / 8; ++i) {
-      uint64_t v = 0;
-      std::memcpy(&v, p + i * bits, static_cast<size_t>(bits));
-      for (int j = 0; j < 8; ++j) codes[8 * i + j] = static_cast<uint8_t>((v >> (bits * j)) & m);
-    }
-  }
-}
-
 constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                              -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
@@ -233,7 +210,7 @@ void DecodeRow(const PackedMatrix& w, int64_t r, float* out) {
   const int64_t G = w.groups(), g = w.group;
   uint8_t codes[128];
   for (int64_t j = 0; j < G; ++j) {
-    UnpackCodes(row, j * g, g, w.bits, codes);
+    unpack_codes(row, j * g, g, w.bits, codes);
     float* o = out + j * g;
     const int64_t gi = r * G + j;
     if (w.format == WeightFormat::kAffine) {

@@ -11,6 +11,7 @@
 //   affine 8-bit   | bytes -> f32                  |                    | dpbusd (AVX3_DL)
 //   affine 2/3/5/6 | row decoded to f32, then dot  |                    | -
 //   mxfp4/nvfp4/mx8| row decoded to f32, then dot  |                    | -
+//   affine, g%64==0| (prefill of 16+ tokens on CPUs with AMX: kernels/amx_matmul.h, tdpbusd tiles)
 //
 // Rows [r0, r1) only, so a thread pool can split the work by output rows.
 #pragma once
@@ -51,6 +52,9 @@ struct ActQ8 {
   std::vector<float> sum;
 };
 void quantize_act_q8(const float* x, int64_t n, int64_t cols, ActQ8* out);
+// One block of `len` values: its two planes, d and the sum of the block as quantized (ActQ8's
+// rule; ActQ8 uses len 32, the AMX tiles 64).
+void quantize_block_q8(const float* x, int len, int8_t* q, int8_t* r, float* d, float* sum);
 
 // Whether the dispatched ISA has an integer dot-product kernel for this matrix.
 bool packed_q8_supported(const PackedMatrix& w);

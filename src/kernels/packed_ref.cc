@@ -43,6 +43,22 @@ void packed_matmul_ref(const PackedMatrix& w, const float* x, int64_t n, float* 
   }
 }
 
+void quantize_block_q8(const float* x, int len, int8_t* q, int8_t* r, float* d, float* sum) {
+  float amax = 0.0f;
+  for (int i = 0; i < len; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+  int32_t qs = 0;
+  for (int i = 0; i < len; ++i) {
+    const float v = x[i] * id;
+    const long qi = std::lrintf(v);
+    const long ri = std::clamp<long>(std::lrintf(256.0f * (v - static_cast<float>(qi))), -127, 127);
+    q[i] = static_cast<int8_t>(qi), r[i] = static_cast<int8_t>(ri);
+    qs += static_cast<int32_t>(256 * qi + ri);
+  }
+  *d = amax / 127.0f;
+  *sum = *d / 256.0f * static_cast<float>(qs);
+}
+
 void quantize_act_q8(const float* x, int64_t n, int64_t cols, ActQ8* out) {
   const int64_t nb = cols / 32;
   out->n = n, out->cols = cols;
@@ -55,23 +71,9 @@ void quantize_act_q8(const float* x, int64_t n, int64_t cols, ActQ8* out) {
     const float* xt = x + t * cols;
     int8_t* q = out->q.data() + t * cols;
     int8_t* r = out->r.data() + t * cols;
-    for (int64_t b = 0; b < nb; ++b) {
-      const float* xb = xt + b * 32;
-      float amax = 0.0f;
-      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
-      const float d = amax / 127.0f, id = amax > 0.0f ? 127.0f / amax : 0.0f;
-      int32_t qs = 0;
-      for (int i = 0; i < 32; ++i) {
-        const float v = xb[i] * id;
-        const long qi = std::lrintf(v);
-        const long ri =
-            std::clamp<long>(std::lrintf(256.0f * (v - static_cast<float>(qi))), -127, 127);
-        q[b * 32 + i] = static_cast<int8_t>(qi), r[b * 32 + i] = static_cast<int8_t>(ri);
-        qs += static_cast<int32_t>(256 * qi + ri);
-      }
-      out->d[t * nb + b] = d;
-      out->sum[t * nb + b] = d / 256.0f * static_cast<float>(qs);
-    }
+    for (int64_t b = 0; b < nb; ++b)
+      quantize_block_q8(xt + b * 32, 32, q + b * 32, r + b * 32, &out->d[t * nb + b],
+                        &out->sum[t * nb + b]);
     // Nibble order: byte j of a 64-code half holds k = 2j (low nibble) and 2j+1 (high).
     for (int plane = 0; plane < 2; ++plane) {
       const int8_t* src = plane == 0 ? q : r;

@@ -13,6 +13,7 @@
 
 #include "base/thread_pool.h"
 #include "io/checkpoint_dir.h"
+#include "kernels/amx_matmul.h"
 #include "kernels/attention.h"
 #include "kernels/ops.h"
 #include "kernels/packed_matmul.h"
@@ -46,6 +47,10 @@ struct MatJob {
 // at 16 / 64 / 256 tokens: integer 180 / 200 / 160 tok/s, OpenBLAS 90 / 240 / 360).
 constexpr int64_t kBlasMinTokens = 16;
 constexpr int64_t kAutoBlasMinTokens = 48;
+// On CPUs with AMX, int8 products of this many tokens and more go through the tile kernel.
+constexpr int64_t kAmxMinTokens = 16;
+// From this many tokens on, attention runs in blocks of queries over transposed keys.
+constexpr int64_t kBlockAttnMinTokens = 8;
 
 void add_into(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
@@ -66,13 +71,15 @@ struct FastModel::Impl {
 
   // Scratch reused across calls (forward is one call at a time: the mutex).
   mutable std::mutex mu;
-  mutable std::vector<float> x, h, q, att, gate, up, cos, sin;
+  mutable std::vector<float> x, h, q, att, gate, up, cos, sin, kt;
   mutable ActQ8 xq;
+  mutable ActTiles xt;
 
   Result<PackedMatrix> matrix(const TensorSource& ts, const TensorSpec& s);
   Status vec(const TensorSource& ts, const TensorSpec& s, std::vector<float>* out);
   void run(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const;
   void run_blas(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const;
+  void run_amx(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const;
   mutable std::vector<float> dense;  // a strip of rows decoded for the prefill GEMM
 };
 
@@ -127,6 +134,9 @@ Status FastModel::Impl::vec(const TensorSource& ts, const TensorSpec& s, std::ve
 // split over the pool in one pass.
 void FastModel::Impl::run(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const {
   const ActPath act = opts.activations;
+  if (act != ActPath::kF32 && n >= kAmxMinTokens && amx_available() &&
+      std::all_of(jobs.begin(), jobs.end(), [](const MatJob& j) { return amx_supported(*j.w); }))
+    return run_amx(jobs, xin, n);
   if (act == ActPath::kF32 ? n >= kBlasMinTokens : act == ActPath::kAuto && n >= kAutoBlasMinTokens)
     return run_blas(jobs, xin, n);
   bool q8 = false;
@@ -153,6 +163,31 @@ void FastModel::Impl::run(std::initializer_list<MatJob> jobs, const float* xin, 
         }
       },
       8);
+}
+
+// Prefill on AMX: x quantized to tiles by token ranges, then the products split by rows in
+// multiples of 16 (the tile height), all on the pool.
+void FastModel::Impl::run_amx(std::initializer_list<MatJob> jobs, const float* xin,
+                              int64_t n) const {
+  act_tiles_init(n, jobs.begin()->w->cols, &xt);
+  pool->parallel_for(n, [&](int64_t b, int64_t e) { quantize_act_tiles(xin, b, e, &xt); });
+  int64_t total = 0;
+  for (const MatJob& j : jobs) total += j.w->rows;
+  pool->parallel_for(
+      total,
+      [&](int64_t b, int64_t e) {
+        int64_t off = 0;
+        for (const MatJob& j : jobs) {
+          const int64_t lo = std::max(b, off) - off, hi = std::min(e, off + j.w->rows) - off;
+          off += j.w->rows;
+          if (lo >= hi) continue;
+          packed_matmul_amx(*j.w, xt, j.y, j.ldy, lo, hi);
+          if (j.bias != nullptr && !j.bias->empty())
+            for (int64_t t = 0; t < n; ++t)
+              for (int64_t r = lo; r < hi; ++r) j.y[t * j.ldy + r] += (*j.bias)[r];
+        }
+      },
+      16);
 }
 
 // Prefill: strips of rows decoded to f32, then one OpenBLAS GEMM per strip (its
@@ -328,6 +363,7 @@ Status FastModel::forward(std::span<const int32_t> tokens, KvCache& cache, std::
   grow(m.x, n * d), grow(m.h, n * d), grow(m.q, n * qd), grow(m.att, n * qd);
   grow(m.gate, n * inter), grow(m.up, n * inter), grow(m.cos, n * half), grow(m.sin, n * half);
   float *x = m.x.data(), *h = m.h.data(), *q = m.q.data(), *att = m.att.data();
+  const bool amx_prefill = m.opts.activations != ActPath::kF32 && amx_available();
   for (int64_t i = 0; i < n; ++i) {
     packed_decode_row(m.embed, tokens[i], x + i * d);
     rope_angles(m.inv_freq.data(), half, p0 + i, m.cos.data() + i * half, m.sin.data() + i * half);
@@ -354,7 +390,7 @@ Status FastModel::forward(std::span<const int32_t> tokens, KvCache& cache, std::
       for (int64_t hh = 0; hh < n_kv; ++hh)
         rope_rotate(k_new + i * kvd + hh * hd, hd, ci, si, c.rope_traditional);
     }
-    if (n <= 4) {
+    if (n < kBlockAttnMinTokens) {
       // Decode: one (token, head) pair per task, scores in per-thread scratch.
       m.pool->parallel_for(n * n_heads, [&](int64_t b, int64_t e) {
         thread_local std::vector<float> scores;
@@ -366,8 +402,34 @@ Status FastModel::forward(std::span<const int32_t> tokens, KvCache& cache, std::
                      scores.data(), att + i * qd + hh * hd);
         }
       });
-    } else {
+    } else if (!amx_prefill) {
+      // Products go through OpenBLAS here: so does attention (the pool spinning beside
+      // OpenBLAS's threads would slow both).
       causal_attention(q, kc, vc, n, p0, n_heads, n_kv, hd, scale, att);
+    } else {
+      // Prefill: keys transposed once per KV head, then blocks of 8 queries per task; block p
+      // is paired with the last-but-p so that contiguous slices carry equal causal work.
+      const int64_t lpad = (p0 + n + 15) / 16 * 16, nblk = (n + 7) / 8;
+      grow(m.kt, n_kv * hd * lpad);
+      m.pool->parallel_for(n_kv, [&](int64_t b, int64_t e) {
+        for (int64_t g = b; g < e; ++g)
+          transpose_keys(kc + g * hd, p0 + n, kvd, hd, lpad, m.kt.data() + g * hd * lpad);
+      });
+      m.pool->parallel_for((nblk + 1) / 2 * n_heads, [&](int64_t b, int64_t e) {
+        thread_local std::vector<float> scores;
+        if (static_cast<int64_t>(scores.size()) < 8 * (p0 + n + 24))
+          scores.resize(static_cast<size_t>(8 * (p0 + n + 24)));
+        for (int64_t idx = b; idx < e; ++idx) {
+          const int64_t p = idx / n_heads, hh = idx % n_heads, g = hh / group;
+          for (const int64_t blk : {p, nblk - 1 - p}) {
+            const int64_t i0 = blk * 8, nq = std::min<int64_t>(8, n - i0);
+            attend_block(q + i0 * qd + hh * hd, nq, qd, kc + g * hd, m.kt.data() + g * hd * lpad,
+                         lpad, vc + g * hd, kvd, hd, p0 + i0 + 1, scale, scores.data(),
+                         att + i0 * qd + hh * hd, qd);
+            if (blk == nblk - 1 - p) break;
+          }
+        }
+      });
     }
     m.run({{&L.o, h, d, &L.o_b}}, att, n);
     add_into(x, h, n * d);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/amx_matmul.h"
 #include "kernels/packed_matmul.h"
 
 namespace tq {
@@ -236,7 +237,64 @@ TEST(PackedMatmul, Int8ActivationsEqualTheirScalarReference) {
   std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
   bool x86_simd = false;
   for (int64_t t : targets) x86_simd |= std::string(hwy::TargetName(t)) == "AVX2";
-  if (x86_simd) EXPECT_GT(checked, 0);
+  if (x86_simd) {
+    EXPECT_GT(checked, 0);
+  }
+}
+
+// The AMX tile kernel against its scalar reference (and, loosely, the f32 product): every
+// affine width, groups 64/128, f32 and bf16 scales, token counts that leave partial 16-token
+// tiles, row ranges split at 16; the tiles hold exactly the scalar quantizer's values.
+TEST(PackedMatmul, AmxEqualsItsScalarReference) {
+  if (!amx_available()) {
+    GTEST_SKIP() << "no AMX-INT8 on this machine";
+  }
+  const int64_t rows = 48;
+  uint32_t seed = 500;
+  for (int bits : {2, 3, 4, 5, 6, 8})
+    for (int g : {64, 128})
+      for (int64_t cols : {int64_t{128}, int64_t{384}}) {
+        if (cols % g != 0) continue;
+        const DType sdt = bits == 4 && g == 64 ? DType::kF32 : DType::kBF16;
+        Case c = make_case(WeightFormat::kAffine, bits, g, sdt, rows, cols, seed++);
+        ASSERT_TRUE(amx_supported(c.m));
+        for (int64_t n : {int64_t{1}, int64_t{17}, int64_t{40}}) {
+          SCOPED_TRACE(weight_format_str(c.m) + " cols " + std::to_string(cols) + " n " +
+                       std::to_string(n));
+          std::vector<float> x = random_x(n, cols, seed++);
+          ActTiles xt;
+          xt.q.assign(100000, 7), xt.r.assign(100000, 7);  // stale bytes must not leak in
+          act_tiles_init(n, cols, &xt);
+          quantize_act_tiles(x.data(), 0, n / 2, &xt);
+          quantize_act_tiles(x.data(), n / 2, n, &xt);
+          for (int64_t t = 0; t < n; ++t)
+            for (int64_t b = 0; b < cols / 64; ++b) {
+              int8_t q[64], r[64];
+              float d, sum;
+              quantize_block_q8(x.data() + t * cols + b * 64, 64, q, r, &d, &sum);
+              for (int64_t k = 0; k < 64; ++k) {
+                ASSERT_EQ(act_tile_q(xt, t, b * 64 + k), q[k]) << "t " << t << " k " << k;
+                ASSERT_EQ(act_tile_r(xt, t, b * 64 + k), r[k]) << "t " << t << " k " << k;
+              }
+              const size_t v = static_cast<size_t>(((t / 16) * (cols / 64) + b) * 16 + t % 16);
+              ASSERT_EQ(xt.dv[v], d / 256.0f);
+              ASSERT_EQ(xt.sum[v], sum);
+            }
+          std::vector<float> ref(static_cast<size_t>(n * rows)), y(ref.size(), NAN);
+          std::vector<float> fref(ref.size());
+          packed_matmul_tiles_ref(c.m, xt, ref.data(), rows, 0, rows);
+          packed_matmul_ref(c.m, x.data(), n, fref.data(), rows, 0, rows);
+          packed_matmul_amx(c.m, xt, y.data(), rows, 0, 16);
+          packed_matmul_amx(c.m, xt, y.data(), rows, 16, rows);
+          for (int64_t t = 0; t < n; ++t)
+            for (int64_t r = 0; r < rows; ++r) {
+              const size_t i = static_cast<size_t>(t * rows + r);
+              const double mag = magnitude(c, x.data() + t * cols, r);
+              ASSERT_NEAR(y[i], ref[i], 1e-5 * mag) << "t " << t << " r " << r;
+              ASSERT_NEAR(y[i], fref[i], 1e-3 * mag) << "t " << t << " r " << r;
+            }
+        }
+      }
 }
 
 // With grids centred as RTN makes them (b = -s·(2^bits - 1)/2), the integer path's error must be
