@@ -55,17 +55,6 @@ size_t tile_at(const ActTiles& xt, int64_t t, int64_t k) {
                              (t % 16) * 4 + k % 4);
 }
 
-float scale_f32(DType t, const uint8_t* base, int64_t i) {
-  uint16_t h;
-  float f;
-  if (t == DType::kF32) {
-    std::memcpy(&f, base + 4 * i, 4);
-    return f;
-  }
-  std::memcpy(&h, base + 2 * i, 2);
-  return t == DType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
-}
-
 // Quantizes tokens [t0, t1) with `block` (the scalar or the AVX-512 quantizer of 64 values).
 template <typename Q>
 void quantize_tiles_with(const float* x, int64_t t0, int64_t t1, ActTiles* out, Q block) {
@@ -109,8 +98,8 @@ void packed_matmul_tiles_ref(const PackedMatrix& w, const ActTiles& xt, float* y
                   (256 * act_tile_q(xt, t, k) + act_tile_r(xt, t, k));
         const size_t v = static_cast<size_t>(((t / 16) * nb + b) * 16 + t % 16);
         const int64_t gi = row * G + b / per;
-        acc += static_cast<double>(scale_f32(w.scale_dtype, w.scales, gi)) * xt.dv[v] * isum +
-               static_cast<double>(scale_f32(w.scale_dtype, w.biases, gi)) * xt.sum[v];
+        acc += static_cast<double>(scale_at(w.scale_dtype, w.scales, gi)) * xt.dv[v] * isum +
+               static_cast<double>(scale_at(w.scale_dtype, w.biases, gi)) * xt.sum[v];
       }
       y[t * ldy + row] = static_cast<float>(acc);
     }
@@ -172,8 +161,8 @@ TQ_AMX_TARGET const uint8_t* strip_codes(const PackedMatrix& w, int64_t n0, uint
   const int64_t K = w.cols, G = w.groups();
   for (int64_t g = 0; g < G; ++g)
     for (int i = 0; i < 16; ++i) {
-      st[g * 16 + i] = scale_f32(w.scale_dtype, w.scales, (n0 + i) * G + g);
-      bt[g * 16 + i] = scale_f32(w.scale_dtype, w.biases, (n0 + i) * G + g);
+      st[g * 16 + i] = scale_at(w.scale_dtype, w.scales, (n0 + i) * G + g);
+      bt[g * 16 + i] = scale_at(w.scale_dtype, w.biases, (n0 + i) * G + g);
     }
   const uint8_t* a = w.data + n0 * w.row_bytes();
   if (w.bits == 8) return a;
@@ -310,12 +299,12 @@ bool amx_available() {
     if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
     const bool avx512 = ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1);
     const bool amx = ((d >> 24) & 1) && ((d >> 25) & 1);  // AMX-TILE, AMX-INT8
-    if (!avx512 || !amx) return false;
+    const char* env = std::getenv("TQ_AMX");
+    if (!avx512 || !amx || (env != nullptr && std::strcmp(env, "0") == 0)) return false;
     // Linux hands out the 8 KiB tile state only on request (ARCH_REQ_XCOMP_PERM, XTILEDATA).
     return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
   }();
-  const char* env = std::getenv("TQ_AMX");
-  return ok && !(env != nullptr && std::strcmp(env, "0") == 0);
+  return ok;
 }
 
 void packed_matmul_amx(const PackedMatrix& w, const ActTiles& xt, float* y, int64_t ldy, int64_t r0,

@@ -30,8 +30,8 @@ void quantize_act_tiles(const float* x, int64_t t0, int64_t t1, ActTiles* out);
 int8_t act_tile_q(const ActTiles& xt, int64_t t, int64_t k);
 int8_t act_tile_r(const ActTiles& xt, int64_t t, int64_t k);
 
-// Whether this CPU has AMX-INT8 and the OS granted this process the tile state (asked once);
-// TQ_AMX=0 in the environment turns it off (for A/B runs).
+// Whether this CPU has AMX-INT8 and the OS granted this process the tile state (asked once, on
+// the first call; TQ_AMX=0 in the environment then turns it off, for A/B runs).
 bool amx_available();
 // Whether the AMX kernel takes this matrix: affine, group a multiple of 64, rows % 16 == 0.
 bool amx_supported(const PackedMatrix& w);

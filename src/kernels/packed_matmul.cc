@@ -23,17 +23,6 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
-inline float ScaleAt(DType t, const uint8_t* base, int64_t i) {
-  uint16_t h;
-  float f;
-  if (t == DType::kF32) {
-    std::memcpy(&f, base + 4 * i, 4);
-    return f;
-  }
-  std::memcpy(&h, base + 2 * i, 2);
-  return t == DType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
-}
-
 inline float SumLanes(DF df, VF v) { return hn::GetLane(hn::SumOfLanes(df, v)); }
 
 // N weights k.. of a float-format row, widened to f32.
@@ -52,9 +41,9 @@ HWY_INLINE VF LoadW(DF df, const uint8_t* row, int64_t k) {
 
 template <WeightFormat F>
 inline float ScalarW(const uint8_t* row, int64_t k) {
-  if constexpr (F == WeightFormat::kF32) return ScaleAt(DType::kF32, row, k);
-  if constexpr (F == WeightFormat::kBF16) return ScaleAt(DType::kBF16, row, k);
-  return ScaleAt(DType::kF16, row, k);
+  if constexpr (F == WeightFormat::kF32) return scale_at(DType::kF32, row, k);
+  if constexpr (F == WeightFormat::kBF16) return scale_at(DType::kBF16, row, k);
+  return scale_at(DType::kF16, row, k);
 }
 
 // Decode (n = 1) for float formats: four rows per pass share every load of x.
@@ -137,8 +126,8 @@ void GemvAffine4(const PackedMatrix& w, const float* x, float* y, int64_t r0, in
         gb = hn::MulAdd(wh, hn::LoadU(df, xs.data() + k + N), gb);
       }
       const int64_t gi = r * G + g;
-      tot = hn::MulAdd(hn::Set(df, ScaleAt(w.scale_dtype, w.scales, gi)), hn::Add(ga, gb), tot);
-      bsum += ScaleAt(w.scale_dtype, w.biases, gi) * gsum[g];
+      tot = hn::MulAdd(hn::Set(df, scale_at(w.scale_dtype, w.scales, gi)), hn::Add(ga, gb), tot);
+      bsum += scale_at(w.scale_dtype, w.biases, gi) * gsum[g];
     }
     y[r] = SumLanes(df, tot) + bsum;
   }
@@ -172,8 +161,8 @@ void GemvAffine8(const PackedMatrix& w, const float* x, float* y, int64_t r0, in
         ga = hn::MulAdd(hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(du8, row + k))),
                         hn::LoadU(df, x + k), ga);
       const int64_t gi = r * G + g;
-      tot = hn::MulAdd(hn::Set(df, ScaleAt(w.scale_dtype, w.scales, gi)), hn::Add(ga, gb), tot);
-      bsum += ScaleAt(w.scale_dtype, w.biases, gi) * gsum[g];
+      tot = hn::MulAdd(hn::Set(df, scale_at(w.scale_dtype, w.scales, gi)), hn::Add(ga, gb), tot);
+      bsum += scale_at(w.scale_dtype, w.biases, gi) * gsum[g];
     }
     y[r] = SumLanes(df, tot) + bsum;
   }
@@ -214,8 +203,8 @@ void DecodeRow(const PackedMatrix& w, int64_t r, float* out) {
     float* o = out + j * g;
     const int64_t gi = r * G + j;
     if (w.format == WeightFormat::kAffine) {
-      const VF s = hn::Set(df, ScaleAt(w.scale_dtype, w.scales, gi));
-      const VF b = hn::Set(df, ScaleAt(w.scale_dtype, w.biases, gi));
+      const VF s = hn::Set(df, scale_at(w.scale_dtype, w.scales, gi));
+      const VF b = hn::Set(df, scale_at(w.scale_dtype, w.biases, gi));
       for (int64_t k = 0; k < g; k += N) {
         const VF q = hn::ConvertTo(df, hn::PromoteTo(di32, hn::LoadU(du8, codes + k)));
         hn::StoreU(hn::MulAdd(s, q, b), df, o + k);

@@ -34,17 +34,6 @@ HWY_BEFORE_NAMESPACE();
 namespace tq {
 namespace HWY_NAMESPACE {
 
-inline float ScaleAtQ8(DType t, const uint8_t* base, int64_t i) {
-  uint16_t h;
-  float f;
-  if (t == DType::kF32) {
-    std::memcpy(&f, base + 4 * i, 4);
-    return f;
-  }
-  std::memcpy(&h, base + 2 * i, 2);
-  return t == DType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
-}
-
 #if defined(TQ_Q8_VNNI_TARGET) || HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
 #define TQ_Q8_KERNELS 1
 
@@ -99,7 +88,7 @@ inline void ToF32(DType t, const uint8_t* base, int64_t i0, int64_t n, float* ou
     const auto* p = reinterpret_cast<const hwy::float16_t*>(base) + i0;
     for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(df, hn::LoadU(dh, p + i)), df, out + i);
   }
-  for (; i < n; ++i) out[i] = ScaleAtQ8(t, base, i0 + i);
+  for (; i < n; ++i) out[i] = scale_at(t, base, i0 + i);
 }
 
 // Σ a[i]·b[i], in vectors (the bias terms: one per group of the row). Both arrays must be

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 
@@ -42,6 +43,18 @@ Result<PackedMatrix> make_quant_matrix(const QuantSpec& spec, int64_t rows, int6
 
 // "bf16", "affine 4-bit g64", "mxfp4", ... for logs and tests.
 std::string weight_format_str(const PackedMatrix& w);
+
+// Entry i of an affine scale or bias array of dtype t (F32, F16 or BF16), as f32.
+inline float scale_at(DType t, const uint8_t* base, int64_t i) {
+  if (t == DType::kF32) {
+    float f;
+    std::memcpy(&f, base + 4 * i, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, base + 2 * i, 2);
+  return t == DType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
+}
 
 // One weight of the matrix as the kernels compute with it (affine: s*q + b in f32; fp modes:
 // scale * element; floats widened). The scalar decoding every kernel is tested against.

@@ -9,26 +9,6 @@
 
 namespace tq {
 
-namespace {
-
-float scale_value(const PackedMatrix& w, const uint8_t* base, int64_t i) {
-  uint16_t h;
-  float f;
-  switch (w.scale_dtype) {
-    case DType::kF32:
-      std::memcpy(&f, base + 4 * i, 4);
-      return f;
-    case DType::kF16:
-      std::memcpy(&h, base + 2 * i, 2);
-      return f16_to_f32(h);
-    default:
-      std::memcpy(&h, base + 2 * i, 2);
-      return bf16_to_f32(h);
-  }
-}
-
-}  // namespace
-
 void packed_matmul_ref(const PackedMatrix& w, const float* x, int64_t n, float* y, int64_t ldy,
                        int64_t r0, int64_t r1) {
   std::vector<float> row(static_cast<size_t>(w.cols));
@@ -110,8 +90,8 @@ void packed_matmul_q8_ref(const PackedMatrix& w, const ActQ8& xq, float* y, int6
       const int8_t* rr = xq.r.data() + t * w.cols;
       double acc = 0.0;
       for (int64_t g = 0; g < w.groups(); ++g) {
-        const float s = scale_value(w, w.scales, r * w.groups() + g);
-        const float bias = scale_value(w, w.biases, r * w.groups() + g);
+        const float s = scale_at(w.scale_dtype, w.scales, r * w.groups() + g);
+        const float bias = scale_at(w.scale_dtype, w.biases, r * w.groups() + g);
         double inner = 0.0, xsum = 0.0;
         for (int64_t b = g * per; b < (g + 1) * per; ++b) {
           int32_t isum = 0;

@@ -45,6 +45,23 @@ void AxpyImpl(float a, const float* x, float* y, int64_t n) {
   for (; i < n; ++i) y[i] += a * x[i];
 }
 
+// row[j] = exp(row[j] - m) for j < len, in vectors (Highway's Exp); returns their sum.
+float ExpSum(float* row, int64_t len, float m) {
+  const hn::ScalableTag<float> df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const auto mv = hn::Set(df, m);
+  auto sv = hn::Zero(df);
+  int64_t j = 0;
+  for (; j + N <= len; j += N) {
+    const auto e = hn::Exp(df, hn::Sub(hn::LoadU(df, row + j), mv));
+    hn::StoreU(e, df, row + j);
+    sv = hn::Add(sv, e);
+  }
+  float sum = hn::GetLane(hn::SumOfLanes(df, sv));
+  for (; j < len; ++j) row[j] = std::exp(row[j] - m), sum += row[j];
+  return sum;
+}
+
 // Scores, exp and the weighted sum of V rows in vectors: exp is Highway's (no scalar libm call
 // per position), and each V chunk of up to kOut vectors of out stays in registers while the
 // positions stream past.
@@ -57,20 +74,10 @@ void AttendImpl(const float* q, const float* k, const float* v, int64_t len, int
     scores[j] = scale * DotImpl(q, k + j * ld, hd);
     m = scores[j] > m ? scores[j] : m;
   }
-  const auto mv = hn::Set(df, m);
-  auto sv = hn::Zero(df);
-  int64_t j = 0;
-  for (; j + N <= len; j += N) {
-    const auto e = hn::Exp(df, hn::Sub(hn::LoadU(df, scores + j), mv));
-    hn::StoreU(e, df, scores + j);
-    sv = hn::Add(sv, e);
-  }
-  float sum = hn::GetLane(hn::SumOfLanes(df, sv));
-  for (; j < len; ++j) scores[j] = std::exp(scores[j] - m), sum += scores[j];
-  const float inv = 1.0f / sum;
+  const float inv = 1.0f / ExpSum(scores, len, m);
   if (hd % N != 0) {  // head sizes that are not a multiple of the vector width
     for (int64_t i = 0; i < hd; ++i) out[i] = 0.0f;
-    for (j = 0; j < len; ++j) AxpyImpl(scores[j] * inv, v + j * ld, out, hd);
+    for (int64_t j = 0; j < len; ++j) AxpyImpl(scores[j] * inv, v + j * ld, out, hd);
     return;
   }
   constexpr int64_t kOut = 8;
@@ -78,7 +85,7 @@ void AttendImpl(const float* q, const float* k, const float* v, int64_t len, int
     const int64_t nv = std::min<int64_t>(kOut, (hd - i0) / N);
     hn::Vec<decltype(df)> acc[kOut];
     for (int64_t u = 0; u < kOut; ++u) acc[u] = hn::Zero(df);
-    for (j = 0; j < len; ++j) {
+    for (int64_t j = 0; j < len; ++j) {
       const auto p = hn::Set(df, scores[j]);
       const float* vj = v + j * ld + i0;
 #pragma GCC unroll 8
@@ -133,18 +140,8 @@ void AttendBlockImpl(const float* q, int64_t nq, int64_t qld, const float* k, co
     const int64_t len = len0 + i;
     float m = -std::numeric_limits<float>::infinity();
     for (int64_t j = 0; j < len; ++j) m = row[j] > m ? row[j] : m;
-    const V mv = hn::Set(df, m);
-    V sum = hn::Zero(df);
-    int64_t j = 0;
-    for (; j + N <= len; j += N) {
-      const V e = hn::Exp(df, hn::Sub(hn::LoadU(df, row + j), mv));
-      hn::StoreU(e, df, row + j);
-      sum = hn::Add(sum, e);
-    }
-    float s = hn::GetLane(hn::SumOfLanes(df, sum));
-    for (; j < len; ++j) row[j] = std::exp(row[j] - m), s += row[j];
-    for (; j < lrow; ++j) row[j] = 0.0f;
-    inv[i] = 1.0f / s;
+    inv[i] = 1.0f / ExpSum(row, len, m);
+    for (int64_t j = len; j < lrow; ++j) row[j] = 0.0f;
   }
   // out_i = Σ_j p_ij · v_j / Σ_j p_ij, four queries and up to 4 vectors of hd per pass.
   for (int64_t i0 = 0; i0 < nq; i0 += 4) {

@@ -4,9 +4,11 @@
 #include "model/fast_forward.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <deque>
 #include <mutex>
+#include <span>
 
 #include <cblas.h>
 #include <fmt/format.h>
@@ -79,7 +81,11 @@ struct FastModel::Impl {
   Status vec(const TensorSource& ts, const TensorSpec& s, std::vector<float>* out);
   void run(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const;
   void run_blas(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const;
-  void run_amx(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const;
+  // How products of n tokens with these matrices run (run() and the attention choice agree).
+  enum class Path { kAmx, kBlas, kKernels };
+  Path path(std::span<const PackedMatrix* const> ws, int64_t n) const;
+  template <typename F>
+  void split_rows(std::initializer_list<MatJob> jobs, int64_t n, int64_t align, F&& product) const;
   mutable std::vector<float> dense;  // a strip of rows decoded for the prefill GEMM
 };
 
@@ -130,47 +136,23 @@ Status FastModel::Impl::vec(const TensorSource& ts, const TensorSpec& s, std::ve
   return ok_status();
 }
 
-// The products in `jobs` share the input x[n, cols]; their output rows are concatenated and
-// split over the pool in one pass.
-void FastModel::Impl::run(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const {
+FastModel::Impl::Path FastModel::Impl::path(std::span<const PackedMatrix* const> ws,
+                                            int64_t n) const {
   const ActPath act = opts.activations;
   if (act != ActPath::kF32 && n >= kAmxMinTokens && amx_available() &&
-      std::all_of(jobs.begin(), jobs.end(), [](const MatJob& j) { return amx_supported(*j.w); }))
-    return run_amx(jobs, xin, n);
+      std::all_of(ws.begin(), ws.end(), [](const PackedMatrix* w) { return amx_supported(*w); }))
+    return Path::kAmx;
   if (act == ActPath::kF32 ? n >= kBlasMinTokens : act == ActPath::kAuto && n >= kAutoBlasMinTokens)
-    return run_blas(jobs, xin, n);
-  bool q8 = false;
-  if (act != ActPath::kF32)
-    for (const MatJob& j : jobs) q8 |= packed_q8_supported(*j.w);
-  if (q8) quantize_act_q8(xin, n, jobs.begin()->w->cols, &xq);
-  int64_t total = 0;
-  for (const MatJob& j : jobs) total += j.w->rows;
-  pool->parallel_for(
-      total,
-      [&](int64_t b, int64_t e) {
-        int64_t off = 0;
-        for (const MatJob& j : jobs) {
-          const int64_t lo = std::max(b, off) - off, hi = std::min(e, off + j.w->rows) - off;
-          off += j.w->rows;
-          if (lo >= hi) continue;
-          if (q8 && packed_q8_supported(*j.w))
-            packed_matmul_q8(*j.w, xq, j.y, j.ldy, lo, hi);
-          else
-            packed_matmul(*j.w, xin, n, j.y, j.ldy, lo, hi);
-          if (j.bias != nullptr && !j.bias->empty())
-            for (int64_t t = 0; t < n; ++t)
-              for (int64_t r = lo; r < hi; ++r) j.y[t * j.ldy + r] += (*j.bias)[r];
-        }
-      },
-      8);
+    return Path::kBlas;
+  return Path::kKernels;
 }
 
-// Prefill on AMX: x quantized to tiles by token ranges, then the products split by rows in
-// multiples of 16 (the tile height), all on the pool.
-void FastModel::Impl::run_amx(std::initializer_list<MatJob> jobs, const float* xin,
-                              int64_t n) const {
-  act_tiles_init(n, jobs.begin()->w->cols, &xt);
-  pool->parallel_for(n, [&](int64_t b, int64_t e) { quantize_act_tiles(xin, b, e, &xt); });
+// The products in `jobs` share the input x[n, cols]; their output rows are concatenated and
+// split over the pool in one pass (slice bounds multiples of `align`); product(job, lo, hi)
+// fills rows [lo, hi) of one job, then its bias is added.
+template <typename F>
+void FastModel::Impl::split_rows(std::initializer_list<MatJob> jobs, int64_t n, int64_t align,
+                                 F&& product) const {
   int64_t total = 0;
   for (const MatJob& j : jobs) total += j.w->rows;
   pool->parallel_for(
@@ -181,13 +163,39 @@ void FastModel::Impl::run_amx(std::initializer_list<MatJob> jobs, const float* x
           const int64_t lo = std::max(b, off) - off, hi = std::min(e, off + j.w->rows) - off;
           off += j.w->rows;
           if (lo >= hi) continue;
-          packed_matmul_amx(*j.w, xt, j.y, j.ldy, lo, hi);
+          product(j, lo, hi);
           if (j.bias != nullptr && !j.bias->empty())
             for (int64_t t = 0; t < n; ++t)
               for (int64_t r = lo; r < hi; ++r) j.y[t * j.ldy + r] += (*j.bias)[r];
         }
       },
-      16);
+      align);
+}
+
+void FastModel::Impl::run(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const {
+  std::vector<const PackedMatrix*> ws;
+  for (const MatJob& j : jobs) ws.push_back(j.w);
+  const Path p = path(ws, n);
+  if (p == Path::kBlas) return run_blas(jobs, xin, n);
+  if (p == Path::kAmx) {
+    // x quantized to tiles by token ranges, then rows split in multiples of the tile height.
+    act_tiles_init(n, jobs.begin()->w->cols, &xt);
+    pool->parallel_for(n, [&](int64_t b, int64_t e) { quantize_act_tiles(xin, b, e, &xt); });
+    split_rows(jobs, n, 16, [&](const MatJob& j, int64_t lo, int64_t hi) {
+      packed_matmul_amx(*j.w, xt, j.y, j.ldy, lo, hi);
+    });
+    return;
+  }
+  bool q8 = false;
+  if (opts.activations != ActPath::kF32)
+    for (const MatJob& j : jobs) q8 |= packed_q8_supported(*j.w);
+  if (q8) quantize_act_q8(xin, n, jobs.begin()->w->cols, &xq);
+  split_rows(jobs, n, 8, [&](const MatJob& j, int64_t lo, int64_t hi) {
+    if (q8 && packed_q8_supported(*j.w))
+      packed_matmul_q8(*j.w, xq, j.y, j.ldy, lo, hi);
+    else
+      packed_matmul(*j.w, xin, n, j.y, j.ldy, lo, hi);
+  });
 }
 
 // Prefill: strips of rows decoded to f32, then one OpenBLAS GEMM per strip (its
@@ -363,7 +371,6 @@ Status FastModel::forward(std::span<const int32_t> tokens, KvCache& cache, std::
   grow(m.x, n * d), grow(m.h, n * d), grow(m.q, n * qd), grow(m.att, n * qd);
   grow(m.gate, n * inter), grow(m.up, n * inter), grow(m.cos, n * half), grow(m.sin, n * half);
   float *x = m.x.data(), *h = m.h.data(), *q = m.q.data(), *att = m.att.data();
-  const bool amx_prefill = m.opts.activations != ActPath::kF32 && amx_available();
   for (int64_t i = 0; i < n; ++i) {
     packed_decode_row(m.embed, tokens[i], x + i * d);
     rope_angles(m.inv_freq.data(), half, p0 + i, m.cos.data() + i * half, m.sin.data() + i * half);
@@ -402,7 +409,8 @@ Status FastModel::forward(std::span<const int32_t> tokens, KvCache& cache, std::
                      scores.data(), att + i * qd + hh * hd);
         }
       });
-    } else if (!amx_prefill) {
+    } else if (m.path(std::array<const PackedMatrix*, 3>{&L.q, &L.k, &L.v}, n) ==
+               Impl::Path::kBlas) {
       // Products go through OpenBLAS here: so does attention (the pool spinning beside
       // OpenBLAS's threads would slow both).
       causal_attention(q, kc, vc, n, p0, n_heads, n_kv, hd, scale, att);
