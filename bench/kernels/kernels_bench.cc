@@ -93,18 +93,33 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->ArgNames({"bits", "rows", "cols", "n", "q8"});
 
-// args: positions, head_dim
-void BM_AttendOne(benchmark::State& st) {
-  const int64_t len = st.range(0), hd = st.range(1), ld = 3 * hd;
-  std::vector<float> q = make_x(1, hd), k = make_x(len, ld), v = make_x(len, ld);
-  std::vector<float> scores(static_cast<size_t>(len)), out(static_cast<size_t>(hd));
+// Decode attention of one GQA group (3 query heads, SmolLM2) over a cache of `len` positions.
+// args: positions, head_dim, f16 (0/1)
+void BM_AttendDecode(benchmark::State& st) {
+  const int64_t len = st.range(0), hd = st.range(1), g = 3, ks = (len + 15) / 16 * 16, vld = 3 * hd;
+  const bool f16 = st.range(2) != 0;
+  std::vector<float> q = make_x(g, hd), kt = make_x(hd, ks), v = make_x(len, vld);
+  std::vector<uint16_t> kt16(kt.size()), v16(v.size());
+  f32_to_f16_n(kt.data(), static_cast<int64_t>(kt.size()), kt16.data());
+  f32_to_f16_n(v.data(), static_cast<int64_t>(v.size()), v16.data());
+  std::vector<float> scores(static_cast<size_t>(g * (len + 16))), m(g), l(g), acc(g * hd);
   for (auto _ : st) {
-    attend_one(q.data(), k.data(), v.data(), len, ld, hd, 0.125f, scores.data(), out.data());
-    benchmark::DoNotOptimize(out.data());
+    if (f16)
+      attend_partial(q.data(), g, hd, kt16.data(), v16.data(), vld, 0, len, 0.125f, scores.data(),
+                     m.data(), l.data(), acc.data());
+    else
+      attend_partial(q.data(), g, hd, kt.data(), v.data(), vld, 0, len, 0.125f, scores.data(),
+                     m.data(), l.data(), acc.data());
+    benchmark::DoNotOptimize(acc.data());
   }
-  st.SetItemsProcessed(st.iterations() * len);
+  st.SetItemsProcessed(st.iterations() * len * g);
 }
-BENCHMARK(BM_AttendOne)->Args({128, 64})->Args({2048, 64})->ArgNames({"len", "hd"});
+BENCHMARK(BM_AttendDecode)
+    ->Args({128, 64, 0})
+    ->Args({128, 64, 1})
+    ->Args({2048, 64, 0})
+    ->Args({2048, 64, 1})
+    ->ArgNames({"len", "hd", "f16"});
 
 }  // namespace
 }  // namespace tq

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "tensor/dtype.h"
+
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL
 #endif
@@ -35,19 +37,65 @@ float DotImpl(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-void AxpyImpl(float a, const float* x, float* y, int64_t n) {
-  const hn::ScalableTag<float> df;
+// At most 16 lanes: a vector of key scores stays inside one 16-position block of the cache.
+using DF = hn::CappedTag<float, 16>;
+using VF = hn::Vec<DF>;
+
+// F16C instructions from AVX2 on; Highway's emulation for older targets mis-rounds overflow
+// (9e17 became a finite half on SSE4), so those convert in scalar code.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX2
+constexpr bool kF16Vectors = true;
+#else
+constexpr bool kF16Vectors = false;
+#endif
+
+// Where key position j starts in a KV head's blocks of 16 positions (element d of it at +16 d).
+inline int64_t KeyOffset(int64_t hd, int64_t j) { return (j >> 4) * hd * 16 + (j & 15); }
+
+// N cache elements from p, as f32.
+HWY_INLINE VF LoadKv(DF df, const float* p) { return hn::LoadU(df, p); }
+HWY_INLINE VF LoadKv(DF df, const uint16_t* p) {
+  if constexpr (!kF16Vectors) {
+    HWY_ALIGN float f[hn::MaxLanes(df)];
+    for (size_t i = 0; i < hn::Lanes(df); ++i) f[i] = f16_to_f32(p[i]);
+    return hn::Load(df, f);
+  }
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
+}
+inline float ScalarKv(const float* p) { return *p; }
+inline float ScalarKv(const uint16_t* p) { return f16_to_f32(*p); }
+
+void F32ToF16Impl(const float* x, int64_t n, uint16_t* out) {
+  if constexpr (!kF16Vectors) {
+    for (int64_t i = 0; i < n; ++i) out[i] = f32_to_f16(x[i]);
+    return;
+  }
+  const DF df;
+  const hn::Rebind<hwy::float16_t, DF> dh;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  const auto av = hn::Set(df, a);
   int64_t i = 0;
   for (; i + N <= n; i += N)
-    hn::StoreU(hn::MulAdd(av, hn::LoadU(df, x + i), hn::LoadU(df, y + i)), df, y + i);
-  for (; i < n; ++i) y[i] += a * x[i];
+    hn::StoreU(hn::DemoteTo(dh, hn::LoadU(df, x + i)), dh,
+               reinterpret_cast<hwy::float16_t*>(out + i));
+  for (; i < n; ++i) out[i] = f32_to_f16(x[i]);
+}
+
+void F16ToF32Impl(const uint16_t* x, int64_t n, float* out) {
+  if constexpr (!kF16Vectors) {
+    for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(x[i]);
+    return;
+  }
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  int64_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(LoadKv(df, x + i), df, out + i);
+  for (; i < n; ++i) out[i] = f16_to_f32(x[i]);
 }
 
 // row[j] = exp(row[j] - m) for j < len, in vectors (Highway's Exp); returns their sum.
 float ExpSum(float* row, int64_t len, float m) {
-  const hn::ScalableTag<float> df;
+  const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   const auto mv = hn::Set(df, m);
   auto sv = hn::Zero(df);
@@ -62,116 +110,213 @@ float ExpSum(float* row, int64_t len, float m) {
   return sum;
 }
 
-// Scores, exp and the weighted sum of V rows in vectors: exp is Highway's (no scalar libm call
-// per position), and each V chunk of up to kOut vectors of out stays in registers while the
-// positions stream past.
-void AttendImpl(const float* q, const float* k, const float* v, int64_t len, int64_t ld, int64_t hd,
-                float scale, float* scores, float* out) {
-  const hn::ScalableTag<float> df;
+float RowMax(const float* row, int64_t len) {
+  const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  float m = -std::numeric_limits<float>::infinity();
-  for (int64_t j = 0; j < len; ++j) {
-    scores[j] = scale * DotImpl(q, k + j * ld, hd);
-    m = scores[j] > m ? scores[j] : m;
+  auto mv = hn::Set(df, -std::numeric_limits<float>::infinity());
+  int64_t j = 0;
+  for (; j + N <= len; j += N) mv = hn::Max(mv, hn::LoadU(df, row + j));
+  float m = hn::GetLane(hn::MaxOfLanes(df, mv));
+  for (; j < len; ++j) m = row[j] > m ? row[j] : m;
+  return m;
+}
+
+// The shapes below are template parameters so that the accumulators stay in registers (with
+// run-time bounds GCC kept them on the stack: 3x slower).
+
+// out_i = norm_i · Σ_{j < jn} p[i * pld + j] · v_j over NV vectors of the rows, NH rows of
+// weights: each V row is loaded once for all of them.
+template <int NH, int NV, typename T>
+void WeightedRowsN(const float* p, int64_t pld, const T* v, int64_t vld, int64_t jn,
+                   const float* norm, float* out, int64_t old) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  VF acc[NH][NV];
+#pragma GCC unroll 4
+  for (int i = 0; i < NH; ++i)
+#pragma GCC unroll 4
+    for (int u = 0; u < NV; ++u) acc[i][u] = hn::Zero(df);
+  for (int64_t j = 0; j < jn; ++j) {
+    VF vv[NV];
+#pragma GCC unroll 4
+    for (int u = 0; u < NV; ++u) vv[u] = LoadKv(df, v + j * vld + u * N);
+#pragma GCC unroll 4
+    for (int i = 0; i < NH; ++i) {
+      const VF w = hn::Set(df, p[i * pld + j]);
+#pragma GCC unroll 4
+      for (int u = 0; u < NV; ++u) acc[i][u] = hn::MulAdd(w, vv[u], acc[i][u]);
+    }
   }
-  const float inv = 1.0f / ExpSum(scores, len, m);
+#pragma GCC unroll 4
+  for (int i = 0; i < NH; ++i) {
+    const VF f = hn::Set(df, norm != nullptr ? norm[i] : 1.0f);
+#pragma GCC unroll 4
+    for (int u = 0; u < NV; ++u) hn::StoreU(hn::Mul(acc[i][u], f), df, out + i * old + u * N);
+  }
+}
+
+template <typename T>
+using WeightedRowsFn = void (*)(const float*, int64_t, const T*, int64_t, int64_t, const float*,
+                                float*, int64_t);
+
+template <typename T, int NH>
+WeightedRowsFn<T> WeightedRowsFor(int64_t nv) {
+  switch (nv) {
+    case 1:
+      return &WeightedRowsN<NH, 1, T>;
+    case 2:
+      return &WeightedRowsN<NH, 2, T>;
+    case 3:
+      return &WeightedRowsN<NH, 3, T>;
+    default:
+      return &WeightedRowsN<NH, 4, T>;
+  }
+}
+
+// As WeightedRowsN for nh <= 4 rows over all hd (chunks of up to 4 vectors).
+template <typename T>
+void WeightedRows(const float* p, int64_t pld, int64_t nh, const T* v, int64_t vld, int64_t jn,
+                  int64_t hd, const float* norm, float* out, int64_t old) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   if (hd % N != 0) {  // head sizes that are not a multiple of the vector width
-    for (int64_t i = 0; i < hd; ++i) out[i] = 0.0f;
-    for (int64_t j = 0; j < len; ++j) AxpyImpl(scores[j] * inv, v + j * ld, out, hd);
+    for (int64_t i = 0; i < nh; ++i)
+      for (int64_t d = 0; d < hd; ++d) {
+        float s = 0.0f;
+        for (int64_t j = 0; j < jn; ++j) s += p[i * pld + j] * ScalarKv(v + j * vld + d);
+        out[i * old + d] = s * (norm != nullptr ? norm[i] : 1.0f);
+      }
     return;
   }
-  constexpr int64_t kOut = 8;
-  for (int64_t i0 = 0; i0 < hd; i0 += kOut * N) {
-    const int64_t nv = std::min<int64_t>(kOut, (hd - i0) / N);
-    hn::Vec<decltype(df)> acc[kOut];
-    for (int64_t u = 0; u < kOut; ++u) acc[u] = hn::Zero(df);
-    for (int64_t j = 0; j < len; ++j) {
-      const auto p = hn::Set(df, scores[j]);
-      const float* vj = v + j * ld + i0;
-#pragma GCC unroll 8
-      for (int64_t u = 0; u < kOut; ++u)
-        if (u < nv) acc[u] = hn::MulAdd(p, hn::LoadU(df, vj + u * N), acc[u]);
-    }
-    const auto iv = hn::Set(df, inv);
-    for (int64_t u = 0; u < nv; ++u) hn::StoreU(hn::Mul(acc[u], iv), df, out + i0 + u * N);
+  for (int64_t c0 = 0; c0 < hd; c0 += 4 * N) {
+    const int64_t nv = std::min<int64_t>(4, (hd - c0) / N);
+    WeightedRowsFn<T> fn = nh == 1   ? WeightedRowsFor<T, 1>(nv)
+                           : nh == 2 ? WeightedRowsFor<T, 2>(nv)
+                           : nh == 3 ? WeightedRowsFor<T, 3>(nv)
+                                     : WeightedRowsFor<T, 4>(nv);
+    fn(p, pld, v + c0, vld, jn, norm, out + c0, old);
   }
 }
 
-void TransposeKeysImpl(const float* k, int64_t len, int64_t ld, int64_t hd, int64_t lpad,
-                       float* kt) {
-  for (int64_t j = 0; j < len; ++j)
-    for (int64_t d = 0; d < hd; ++d) kt[d * lpad + j] = k[j * ld + d];
-  for (int64_t d = 0; d < hd; ++d)
-    for (int64_t j = len; j < lpad; ++j) kt[d * lpad + j] = 0.0f;
+// Scores of NH heads over TILES (1 or 2) vectors of positions from j of a KV head's key blocks:
+// scores[i * lrow + u * N] = scale · q_i · k_{j + u N ..}.
+template <int NH, int TILES, typename T>
+void ScoreTiles(const float* q, int64_t qld, int64_t hd, const T* kt, int64_t j, float scale,
+                float* scores, int64_t lrow) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  VF a[NH][TILES];
+#pragma GCC unroll 4
+  for (int i = 0; i < NH; ++i)
+#pragma GCC unroll 4
+    for (int u = 0; u < TILES; ++u) a[i][u] = hn::Zero(df);
+  const T* kp[TILES];
+#pragma GCC unroll 4
+  for (int u = 0; u < TILES; ++u) kp[u] = kt + KeyOffset(hd, j + u * N);
+  for (int64_t d = 0; d < hd; ++d) {
+    VF k[TILES];
+#pragma GCC unroll 4
+    for (int u = 0; u < TILES; ++u) k[u] = LoadKv(df, kp[u] + d * 16);
+#pragma GCC unroll 4
+    for (int i = 0; i < NH; ++i) {
+      const VF qv = hn::Set(df, q[i * qld + d]);
+#pragma GCC unroll 4
+      for (int u = 0; u < TILES; ++u) a[i][u] = hn::MulAdd(qv, k[u], a[i][u]);
+    }
+  }
+  const VF sv = hn::Set(df, scale);
+#pragma GCC unroll 4
+  for (int i = 0; i < NH; ++i)
+#pragma GCC unroll 4
+    for (int u = 0; u < TILES; ++u) hn::StoreU(hn::Mul(a[i][u], sv), df, scores + i * lrow + u * N);
 }
 
-// Up to kQ queries at once: scores of N positions per vector from the transposed keys (no
-// horizontal sums), exp in vectors, then V rows streamed once per 4 queries.
-void AttendBlockImpl(const float* q, int64_t nq, int64_t qld, const float* k, const float* kt,
-                     int64_t lpad, const float* v, int64_t ld, int64_t hd, int64_t len0,
-                     float scale, float* scores, float* out, int64_t old) {
-  const hn::ScalableTag<float> df;
-  using V = hn::Vec<decltype(df)>;
+// Scores of nh <= 4 heads (q rows strided by qld) over positions [j0, j0 + len), j0 a multiple
+// of 16: scores[i * lrow + j] for j < len rounded up to whole vectors.
+template <typename T>
+void GroupScores(const float* q, int64_t qld, int64_t nh, int64_t hd, const T* kt, int64_t j0,
+                 int64_t len, float scale, float* scores, int64_t lrow) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t tiles = (len + N - 1) / N;
+  using Fn = void (*)(const float*, int64_t, int64_t, const T*, int64_t, float, float*, int64_t);
+  static constexpr Fn kTwo[4] = {&ScoreTiles<1, 2, T>, &ScoreTiles<2, 2, T>, &ScoreTiles<3, 2, T>,
+                                 &ScoreTiles<4, 2, T>};
+  static constexpr Fn kOne[4] = {&ScoreTiles<1, 1, T>, &ScoreTiles<2, 1, T>, &ScoreTiles<3, 1, T>,
+                                 &ScoreTiles<4, 1, T>};
+  int64_t t = 0;
+  for (; t + 2 <= tiles; t += 2)
+    kTwo[nh - 1](q, qld, hd, kt, j0 + t * N, scale, scores + t * N, lrow);
+  if (t < tiles) kOne[nh - 1](q, qld, hd, kt, j0 + t * N, scale, scores + t * N, lrow);
+}
+
+template <typename T>
+void AttendPartialT(const float* q, int64_t g, int64_t hd, const T* kt, const T* v, int64_t vld,
+                    int64_t j0, int64_t j1, float scale, float* scores, float* m, float* l,
+                    float* acc) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t len = j1 - j0, lrow = (len + N - 1) / N * N;
+  for (int64_t i0 = 0; i0 < g; i0 += 4) {
+    const int64_t nh = std::min<int64_t>(4, g - i0);
+    GroupScores(q + i0 * hd, hd, nh, hd, kt, j0, len, scale, scores + i0 * lrow, lrow);
+    for (int64_t i = i0; i < i0 + nh; ++i) {
+      m[i] = RowMax(scores + i * lrow, len);
+      l[i] = ExpSum(scores + i * lrow, len, m[i]);
+    }
+    WeightedRows(scores + i0 * lrow, lrow, nh, v + j0 * vld, vld, len, hd, nullptr, acc + i0 * hd,
+                 hd);
+  }
+}
+
+void AttendPartialF32(const float* q, int64_t g, int64_t hd, const float* kt, const float* v,
+                      int64_t vld, int64_t j0, int64_t j1, float scale, float* scores, float* m,
+                      float* l, float* acc) {
+  AttendPartialT(q, g, hd, kt, v, vld, j0, j1, scale, scores, m, l, acc);
+}
+void AttendPartialF16(const float* q, int64_t g, int64_t hd, const uint16_t* kt, const uint16_t* v,
+                      int64_t vld, int64_t j0, int64_t j1, float scale, float* scores, float* m,
+                      float* l, float* acc) {
+  AttendPartialT(q, g, hd, kt, v, vld, j0, j1, scale, scores, m, l, acc);
+}
+
+// Up to kQ queries at once: scores of N positions per vector from the transposed keys, exp in
+// vectors, then V rows streamed once per 4 queries.
+template <typename T>
+void AttendBlockT(const float* q, int64_t nq, int64_t qld, const T* kt, const T* v, int64_t vld,
+                  int64_t hd, int64_t len0, float scale, float* scores, float* out, int64_t old) {
+  const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
   constexpr int64_t kQ = 8;
-  if (hd % N != 0 || nq > kQ) {
-    for (int64_t i = 0; i < nq; ++i)
-      AttendImpl(q + i * qld, k, v, len0 + i, ld, hd, scale, scores, out + i * old);
-    return;
-  }
   const int64_t lmax = len0 + nq - 1, tiles = (lmax + N - 1) / N, lrow = tiles * N;
-  // scores[i * lrow + j] = scale · q_i · k_j
-  for (int64_t t = 0; t < tiles; ++t) {
-    V acc[kQ];
-    for (int64_t i = 0; i < kQ; ++i) acc[i] = hn::Zero(df);
-    for (int64_t d = 0; d < hd; ++d) {
-      const V kv = hn::LoadU(df, kt + d * lpad + t * N);
-#pragma GCC unroll 8
-      for (int64_t i = 0; i < kQ; ++i)
-        if (i < nq) acc[i] = hn::MulAdd(hn::Set(df, q[i * qld + d]), kv, acc[i]);
-    }
-    const V sv = hn::Set(df, scale);
-    for (int64_t i = 0; i < nq; ++i) hn::StoreU(hn::Mul(acc[i], sv), df, scores + i * lrow + t * N);
-  }
+  // scores[i * lrow + j] = scale · q_i · k_j, four queries per pass over the keys
+  for (int64_t i0 = 0; i0 < nq; i0 += 4)
+    GroupScores(q + i0 * qld, qld, std::min<int64_t>(4, nq - i0), hd, kt, 0, lmax, scale,
+                scores + i0 * lrow, lrow);
   // Softmax of row i over its len0 + i positions; the rest of the row weighs 0.
   float inv[kQ];
   for (int64_t i = 0; i < nq; ++i) {
     float* row = scores + i * lrow;
     const int64_t len = len0 + i;
-    float m = -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < len; ++j) m = row[j] > m ? row[j] : m;
-    inv[i] = 1.0f / ExpSum(row, len, m);
+    inv[i] = 1.0f / ExpSum(row, len, RowMax(row, len));
     for (int64_t j = len; j < lrow; ++j) row[j] = 0.0f;
   }
-  // out_i = Σ_j p_ij · v_j / Σ_j p_ij, four queries and up to 4 vectors of hd per pass.
   for (int64_t i0 = 0; i0 < nq; i0 += 4) {
-    const int64_t qn = std::min<int64_t>(4, nq - i0), jmax = len0 + i0 + qn - 1;
-    for (int64_t c0 = 0; c0 < hd; c0 += 4 * N) {
-      const int64_t nv = std::min<int64_t>(4, (hd - c0) / N);
-      V acc[4][4];
-      for (int64_t i = 0; i < 4; ++i)
-        for (int64_t u = 0; u < 4; ++u) acc[i][u] = hn::Zero(df);
-      for (int64_t j = 0; j < jmax; ++j) {
-        const float* vj = v + j * ld + c0;
-        V vv[4] = {hn::Zero(df), hn::Zero(df), hn::Zero(df), hn::Zero(df)};
-#pragma GCC unroll 4
-        for (int64_t u = 0; u < 4; ++u)
-          if (u < nv) vv[u] = hn::LoadU(df, vj + u * N);
-#pragma GCC unroll 4
-        for (int64_t i = 0; i < 4; ++i) {
-          if (i >= qn) break;
-          const V p = hn::Set(df, scores[(i0 + i) * lrow + j]);
-#pragma GCC unroll 4
-          for (int64_t u = 0; u < 4; ++u)
-            if (u < nv) acc[i][u] = hn::MulAdd(p, vv[u], acc[i][u]);
-        }
-      }
-      for (int64_t i = 0; i < qn; ++i)
-        for (int64_t u = 0; u < nv; ++u)
-          hn::StoreU(hn::Mul(acc[i][u], hn::Set(df, inv[i0 + i])), df,
-                     out + (i0 + i) * old + c0 + u * N);
-    }
+    const int64_t qn = std::min<int64_t>(4, nq - i0);
+    WeightedRows(scores + i0 * lrow, lrow, qn, v, vld, len0 + i0 + qn - 1, hd, inv + i0,
+                 out + i0 * old, old);
   }
+}
+
+void AttendBlockF32(const float* q, int64_t nq, int64_t qld, const float* kt, const float* v,
+                    int64_t vld, int64_t hd, int64_t len0, float scale, float* scores, float* out,
+                    int64_t old) {
+  AttendBlockT(q, nq, qld, kt, v, vld, hd, len0, scale, scores, out, old);
+}
+void AttendBlockF16(const float* q, int64_t nq, int64_t qld, const uint16_t* kt, const uint16_t* v,
+                    int64_t vld, int64_t hd, int64_t len0, float scale, float* scores, float* out,
+                    int64_t old) {
+  AttendBlockT(q, nq, qld, kt, v, vld, hd, len0, scale, scores, out, old);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -182,30 +327,43 @@ HWY_AFTER_NAMESPACE();
 namespace tq {
 
 HWY_EXPORT(DotImpl);
-HWY_EXPORT(AxpyImpl);
-HWY_EXPORT(AttendImpl);
-HWY_EXPORT(TransposeKeysImpl);
-HWY_EXPORT(AttendBlockImpl);
+HWY_EXPORT(F32ToF16Impl);
+HWY_EXPORT(F16ToF32Impl);
+HWY_EXPORT(AttendPartialF32);
+HWY_EXPORT(AttendPartialF16);
+HWY_EXPORT(AttendBlockF32);
+HWY_EXPORT(AttendBlockF16);
 
 float dot_f32(const float* a, const float* b, int64_t n) {
   return HWY_DYNAMIC_DISPATCH(DotImpl)(a, b, n);
 }
-void axpy_f32(float a, const float* x, float* y, int64_t n) {
-  HWY_DYNAMIC_DISPATCH(AxpyImpl)(a, x, y, n);
+void f32_to_f16_n(const float* x, int64_t n, uint16_t* out) {
+  HWY_DYNAMIC_DISPATCH(F32ToF16Impl)(x, n, out);
 }
-void attend_one(const float* q, const float* k, const float* v, int64_t len, int64_t ld, int64_t hd,
-                float scale, float* scores, float* out) {
-  HWY_DYNAMIC_DISPATCH(AttendImpl)(q, k, v, len, ld, hd, scale, scores, out);
+void f16_to_f32_n(const uint16_t* x, int64_t n, float* out) {
+  HWY_DYNAMIC_DISPATCH(F16ToF32Impl)(x, n, out);
 }
 
-void transpose_keys(const float* k, int64_t len, int64_t ld, int64_t hd, int64_t lpad, float* kt) {
-  HWY_DYNAMIC_DISPATCH(TransposeKeysImpl)(k, len, ld, hd, lpad, kt);
+void attend_partial(const float* q, int64_t g, int64_t hd, const float* kt, const float* v,
+                    int64_t vld, int64_t j0, int64_t j1, float scale, float* scores, float* m,
+                    float* l, float* acc) {
+  HWY_DYNAMIC_DISPATCH(AttendPartialF32)(q, g, hd, kt, v, vld, j0, j1, scale, scores, m, l, acc);
 }
-void attend_block(const float* q, int64_t nq, int64_t qld, const float* k, const float* kt,
-                  int64_t lpad, const float* v, int64_t ld, int64_t hd, int64_t len0, float scale,
-                  float* scores, float* out, int64_t old) {
-  HWY_DYNAMIC_DISPATCH(AttendBlockImpl)
-  (q, nq, qld, k, kt, lpad, v, ld, hd, len0, scale, scores, out, old);
+void attend_partial(const float* q, int64_t g, int64_t hd, const uint16_t* kt, const uint16_t* v,
+                    int64_t vld, int64_t j0, int64_t j1, float scale, float* scores, float* m,
+                    float* l, float* acc) {
+  HWY_DYNAMIC_DISPATCH(AttendPartialF16)(q, g, hd, kt, v, vld, j0, j1, scale, scores, m, l, acc);
+}
+
+void attend_block(const float* q, int64_t nq, int64_t qld, const float* kt, const float* v,
+                  int64_t vld, int64_t hd, int64_t len0, float scale, float* scores, float* out,
+                  int64_t old) {
+  HWY_DYNAMIC_DISPATCH(AttendBlockF32)(q, nq, qld, kt, v, vld, hd, len0, scale, scores, out, old);
+}
+void attend_block(const float* q, int64_t nq, int64_t qld, const uint16_t* kt, const uint16_t* v,
+                  int64_t vld, int64_t hd, int64_t len0, float scale, float* scores, float* out,
+                  int64_t old) {
+  HWY_DYNAMIC_DISPATCH(AttendBlockF16)(q, nq, qld, kt, v, vld, hd, len0, scale, scores, out, old);
 }
 
 }  // namespace tq

@@ -1,29 +1,41 @@
-// Small SIMD vector primitives (Highway, run-time dispatch) for attention over the KV cache.
+// Small SIMD vector primitives (Highway, run-time dispatch) and attention over the fast
+// runtime's KV cache. The cache holds f32 or f16 (IEEE half, as uint16_t bits) elements. Keys of
+// one KV head in blocks of 16 positions, transposed within the block:
+//   kt[(j / 16) * hd * 16 + d * 16 + j % 16]
+// (the scores of consecutive positions are one vector, no horizontal sums, and a block is one
+// contiguous read); values in rows, v[j * vld + d].
 #pragma once
 
 #include <cstdint>
 
 namespace tq {
 
-float dot_f32(const float* a, const float* b, int64_t n);     // Σ a[i]·b[i]
-void axpy_f32(float a, const float* x, float* y, int64_t n);  // y[i] += a·x[i]
+float dot_f32(const float* a, const float* b, int64_t n);  // Σ a[i]·b[i]
 
-// Decode-time attention of one query head over `len` cached positions:
-//   out[hd] = softmax(scale · K[0..len) · q) · V[0..len),  K, V rows strided by `ld` floats.
-// `scores` holds len floats of scratch.
-void attend_one(const float* q, const float* k, const float* v, int64_t len, int64_t ld, int64_t hd,
-                float scale, float* scores, float* out);
+// f32 <-> f16 bits (round to nearest even), in vectors.
+void f32_to_f16_n(const float* x, int64_t n, uint16_t* out);
+void f16_to_f32_n(const uint16_t* x, int64_t n, float* out);
 
-// Keys of one KV head transposed for attend_block: kt[d * lpad + j] = k[j * ld + d] for j < len,
-// zero for len <= j < lpad.
-void transpose_keys(const float* k, int64_t len, int64_t ld, int64_t hd, int64_t lpad, float* kt);
+// Decode attention of the g query heads that share one KV head (q: g rows of hd) over the
+// positions [j0, j1) of the cache, as a partial softmax to be merged across position ranges:
+//   m[i] = max_j s_ij,  l[i] = Σ_j exp(s_ij - m[i]),  acc[i * hd + d] = Σ_j exp(s_ij - m[i]) v_jd
+// with s_ij = scale · q_i · k_j. j0 must be a multiple of 16 (score tiles read whole blocks, up
+// to j1 rounded up to 16). `scores`: g * (j1 - j0 + 16) floats of scratch.
+void attend_partial(const float* q, int64_t g, int64_t hd, const float* kt, const float* v,
+                    int64_t vld, int64_t j0, int64_t j1, float scale, float* scores, float* m,
+                    float* l, float* acc);
+void attend_partial(const float* q, int64_t g, int64_t hd, const uint16_t* kt, const uint16_t* v,
+                    int64_t vld, int64_t j0, int64_t j1, float scale, float* scores, float* m,
+                    float* l, float* acc);
 
 // Prefill attention of nq (<= 8) consecutive queries of one head (rows strided by qld): query i
-// sees positions [0, len0 + i) of the keys k (kt: them transposed, row length lpad, a multiple
-// of 16 >= len0 + nq - 1) and of V (k and V rows strided by ld); out row i at out + i * old.
-// As attend_one per query, up to f32 rounding. `scores`: nq * (len0 + nq + 16) floats.
-void attend_block(const float* q, int64_t nq, int64_t qld, const float* k, const float* kt,
-                  int64_t lpad, const float* v, int64_t ld, int64_t hd, int64_t len0, float scale,
-                  float* scores, float* out, int64_t old);
+// sees positions [0, len0 + i) of the cache (blocks read up to len0 + nq - 1 rounded up to 16);
+// out row i at out + i * old. `scores`: nq * (len0 + nq + 16) floats.
+void attend_block(const float* q, int64_t nq, int64_t qld, const float* kt, const float* v,
+                  int64_t vld, int64_t hd, int64_t len0, float scale, float* scores, float* out,
+                  int64_t old);
+void attend_block(const float* q, int64_t nq, int64_t qld, const uint16_t* kt, const uint16_t* v,
+                  int64_t vld, int64_t hd, int64_t len0, float scale, float* scores, float* out,
+                  int64_t old);
 
 }  // namespace tq

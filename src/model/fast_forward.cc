@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <span>
 
@@ -54,6 +55,21 @@ constexpr int64_t kAmxMinTokens = 16;
 // From this many tokens on, attention runs in blocks of queries over transposed keys.
 constexpr int64_t kBlockAttnMinTokens = 8;
 
+// Positions a layer's keys have room for per KV head: whole blocks of 16.
+int64_t kv_stride(int64_t capacity) { return (capacity + 15) / 16 * 16; }
+
+// Index of key (row r = g * hd + d of the layer's kvd, position j) in a layer's keys: KV head g's
+// hd * ks elements, in blocks of 16 positions transposed within (kernels/vec_ops.h).
+int64_t key_index(int64_t hd, int64_t ks, int64_t r, int64_t j) {
+  return r / hd * hd * ks + (j >> 4) * hd * 16 + r % hd * 16 + (j & 15);
+}
+
+// Cache elements from f32 and back (f16 as bits).
+void to_kv(const float* x, int64_t n, float* out) { std::copy(x, x + n, out); }
+void to_kv(const float* x, int64_t n, uint16_t* out) { f32_to_f16_n(x, n, out); }
+void from_kv(const float* x, int64_t n, float* out) { std::copy(x, x + n, out); }
+void from_kv(const uint16_t* x, int64_t n, float* out) { f16_to_f32_n(x, n, out); }
+
 void add_into(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
@@ -73,7 +89,8 @@ struct FastModel::Impl {
 
   // Scratch reused across calls (forward is one call at a time: the mutex).
   mutable std::mutex mu;
-  mutable std::vector<float> x, h, q, att, gate, up, cos, sin, kt;
+  mutable std::vector<float> x, h, q, att, gate, up, cos, sin, knew, vnew, kf, vf;
+  mutable std::vector<float> part_ml, part_acc;  // decode attention's partial softmaxes
   mutable ActQ8 xq;
   mutable ActTiles xt;
 
@@ -84,6 +101,11 @@ struct FastModel::Impl {
   // How products of n tokens with these matrices run (run() and the attention choice agree).
   enum class Path { kAmx, kBlas, kKernels };
   Path path(std::span<const PackedMatrix* const> ws, int64_t n) const;
+  // Appends the n new tokens' keys and values (knew, vnew) to one layer's cache (kt, vc: f32 or
+  // f16 bits) at p0, then att[n, qd] = causal attention of q[n, qd] over it.
+  template <typename T>
+  void attention(T* kt, T* vc, int64_t ks, const float* q, int64_t n, int64_t p0, bool blas,
+                 float* att) const;
   template <typename F>
   void split_rows(std::initializer_list<MatJob> jobs, int64_t n, int64_t align, F&& product) const;
   mutable std::vector<float> dense;  // a strip of rows decoded for the prefill GEMM
@@ -222,6 +244,109 @@ void FastModel::Impl::run_blas(std::initializer_list<MatJob> jobs, const float* 
   }
 }
 
+template <typename T>
+void FastModel::Impl::attention(T* kt, T* vc, int64_t ks, const float* q, int64_t n, int64_t p0,
+                                bool blas, float* att) const {
+  const int64_t hd = cfg.head_dim, n_heads = cfg.num_attention_heads,
+                n_kv = cfg.num_key_value_heads, qd = n_heads * hd, kvd = n_kv * hd,
+                group = n_heads / n_kv, total = p0 + n;
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  // Values append as rows; keys are converted once, then scattered to their transposed places.
+  to_kv(vnew.data(), n * kvd, vc + p0 * kvd);
+  thread_local std::vector<T> kcvt;
+  if (static_cast<int64_t>(kcvt.size()) < n * kvd) kcvt.resize(static_cast<size_t>(n * kvd));
+  to_kv(knew.data(), n * kvd, kcvt.data());
+  for (int64_t r = 0; r < kvd; ++r)
+    for (int64_t i = 0; i < n; ++i) kt[key_index(hd, ks, r, p0 + i)] = kcvt[i * kvd + r];
+
+  if (n < kBlockAttnMinTokens) {
+    // Decode: tasks of (token, KV head, position range) over the pool, each the partial
+    // softmax of the heads sharing that KV head (keys and values read once for all of them);
+    // ranges are multiples of 16 positions, as many as keep both threads busy.
+    const int64_t threads = pool->size(), units = n * n_kv;
+    int64_t parts = std::max<int64_t>(1, (2 * threads + units - 1) / units);
+    while ((units * parts) % threads != 0) ++parts;
+    parts = std::clamp<int64_t>(parts, 1, (total + 63) / 64);
+    const int64_t chunk = ((total + parts - 1) / parts + 15) / 16 * 16;
+    parts = (total + chunk - 1) / chunk;
+    const int64_t slots = units * parts * group;
+    if (static_cast<int64_t>(part_ml.size()) < 2 * slots)
+      part_ml.resize(static_cast<size_t>(2 * slots));
+    if (static_cast<int64_t>(part_acc.size()) < slots * hd)
+      part_acc.resize(static_cast<size_t>(slots * hd));
+    float *pm = part_ml.data(), *pl = pm + slots, *pacc = part_acc.data();
+    pool->parallel_for(units * parts, [&](int64_t b, int64_t e) {
+      thread_local std::vector<float> scores;
+      if (static_cast<int64_t>(scores.size()) < group * (chunk + 16))
+        scores.resize(static_cast<size_t>(group * (chunk + 16)));
+      for (int64_t idx = b; idx < e; ++idx) {
+        const int64_t i = idx / (n_kv * parts), g = idx / parts % n_kv, c = idx % parts;
+        const int64_t len = p0 + i + 1, j0 = c * chunk, s = idx * group;
+        if (j0 >= len) {  // past this token's positions: weighs nothing
+          for (int64_t k = 0; k < group; ++k) pm[s + k] = 0.0f, pl[s + k] = 0.0f;
+          continue;
+        }
+        attend_partial(q + i * qd + g * group * hd, group, hd, kt + g * hd * ks, vc + g * hd, kvd,
+                       j0, std::min(len, j0 + chunk), scale, scores.data(), pm + s, pl + s,
+                       pacc + s * hd);
+      }
+    });
+    // Merge the ranges: out = Σ_c e^(m_c - M) acc_c / Σ_c e^(m_c - M) l_c.
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t hh = 0; hh < n_heads; ++hh) {
+        const int64_t g = hh / group, k = hh % group, s0 = (i * n_kv + g) * parts * group + k;
+        const int64_t valid = std::min(parts, (p0 + i + chunk) / chunk);
+        float mx = -std::numeric_limits<float>::infinity();
+        for (int64_t c = 0; c < valid; ++c) mx = std::max(mx, pm[s0 + c * group]);
+        float den = 0.0f;
+        float* out = att + i * qd + hh * hd;
+        std::fill(out, out + hd, 0.0f);
+        for (int64_t c = 0; c < valid; ++c) {
+          const int64_t s = s0 + c * group;
+          const float w = std::exp(pm[s] - mx);
+          den += w * pl[s];
+          const float* a = pacc + s * hd;
+          for (int64_t dd = 0; dd < hd; ++dd) out[dd] += w * a[dd];
+        }
+        const float inv = 1.0f / den;
+        for (int64_t dd = 0; dd < hd; ++dd) out[dd] *= inv;
+      }
+    return;
+  }
+  if (blas) {
+    // OpenBLAS attention on row-major f32 copies of this layer's keys and values.
+    if (static_cast<int64_t>(kf.size()) < total * kvd) kf.resize(static_cast<size_t>(total * kvd));
+    if (static_cast<int64_t>(vf.size()) < total * kvd) vf.resize(static_cast<size_t>(total * kvd));
+    std::vector<float> blk(static_cast<size_t>(hd * 16));
+    for (int64_t g = 0; g < n_kv; ++g)
+      for (int64_t j0 = 0; j0 < total; j0 += 16) {  // one block of 16 positions at a time
+        from_kv(kt + key_index(hd, ks, g * hd, j0), hd * 16, blk.data());
+        for (int64_t j = j0; j < std::min(total, j0 + 16); ++j)
+          for (int64_t dd = 0; dd < hd; ++dd) kf[j * kvd + g * hd + dd] = blk[dd * 16 + j - j0];
+      }
+    from_kv(vc, total * kvd, vf.data());
+    causal_attention(q, kf.data(), vf.data(), n, p0, n_heads, n_kv, hd, scale, att);
+    return;
+  }
+  // Prefill: blocks of 8 queries per task; block p is paired with the last-but-p so that
+  // contiguous slices carry equal causal work.
+  const int64_t nblk = (n + 7) / 8;
+  pool->parallel_for((nblk + 1) / 2 * n_heads, [&](int64_t b, int64_t e) {
+    thread_local std::vector<float> scores;
+    if (static_cast<int64_t>(scores.size()) < 8 * (total + 24))
+      scores.resize(static_cast<size_t>(8 * (total + 24)));
+    for (int64_t idx = b; idx < e; ++idx) {
+      const int64_t p = idx / n_heads, hh = idx % n_heads, g = hh / group;
+      for (const int64_t blk : {p, nblk - 1 - p}) {
+        const int64_t i0 = blk * 8, nq = std::min<int64_t>(8, n - i0);
+        attend_block(q + i0 * qd + hh * hd, nq, qd, kt + g * hd * ks, vc + g * hd, kvd, hd,
+                     p0 + i0 + 1, scale, scores.data(), att + i0 * qd + hh * hd, qd);
+        if (blk == nblk - 1 - p) break;
+      }
+    }
+  });
+}
+
 FastModel::FastModel() : impl_(std::make_unique<Impl>()) {}
 FastModel::~FastModel() = default;
 
@@ -342,6 +467,34 @@ std::string FastModel::name() const {
 
 int FastModel::threads() const { return impl_->pool->size(); }
 
+KvCache FastModel::new_cache(int64_t capacity) const {
+  const ModelConfig& c = impl_->cfg;
+  KvCache kv;
+  kv.capacity = std::max<int64_t>(capacity, 0);
+  const int64_t kvd = c.num_key_value_heads * c.head_dim, L = c.num_hidden_layers;
+  const size_t ks = static_cast<size_t>(L * kvd * kv_stride(kv.capacity)),
+               vs = static_cast<size_t>(L * kvd * kv.capacity);
+  if (impl_->opts.kv_cache == KvType::kF16) {
+    kv.layout = KvLayout::kFastF16;
+    kv.k16.assign(ks, 0), kv.v16.assign(vs, 0);
+  } else {
+    kv.layout = KvLayout::kFastF32;
+    kv.k.assign(ks, 0.0f), kv.v.assign(vs, 0.0f);
+  }
+  return kv;
+}
+
+bool FastModel::fits(const KvCache& kv) const {
+  const ModelConfig& c = impl_->cfg;
+  if (kv.capacity < 0) return false;
+  const int64_t kvd = c.num_key_value_heads * c.head_dim, L = c.num_hidden_layers;
+  const size_t ks = static_cast<size_t>(L * kvd * kv_stride(kv.capacity)),
+               vs = static_cast<size_t>(L * kvd * kv.capacity);
+  if (impl_->opts.kv_cache == KvType::kF16)
+    return kv.layout == KvLayout::kFastF16 && kv.k16.size() == ks && kv.v16.size() == vs;
+  return kv.layout == KvLayout::kFastF32 && kv.k.size() == ks && kv.v.size() == vs;
+}
+
 uint64_t FastModel::bytes_per_token() const {
   const Impl& m = *impl_;
   uint64_t b = m.lm_head.bytes() + m.embed.bytes() / std::max<uint64_t>(m.embed.rows, 1);
@@ -361,16 +514,18 @@ Status FastModel::forward(std::span<const int32_t> tokens, KvCache& cache, std::
   const int64_t n_heads = c.num_attention_heads, n_kv = c.num_key_value_heads;
   const int64_t qd = n_heads * hd, kvd = n_kv * hd, inter = c.intermediate_size;
   const int64_t vocab = c.vocab_size, cap = cache.capacity, p0 = cache.n;
-  const int64_t group = n_heads / n_kv, out_rows = all_logits ? n : 1;
+  const int64_t out_rows = all_logits ? n : 1;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
 
   auto grow = [](std::vector<float>& v, int64_t size) {
     if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
   };
   grow(m.x, n * d), grow(m.h, n * d), grow(m.q, n * qd), grow(m.att, n * qd);
   grow(m.gate, n * inter), grow(m.up, n * inter), grow(m.cos, n * half), grow(m.sin, n * half);
+  grow(m.knew, n * kvd), grow(m.vnew, n * kvd);
   float *x = m.x.data(), *h = m.h.data(), *q = m.q.data(), *att = m.att.data();
+  float *knew = m.knew.data(), *vnew = m.vnew.data();
+  const int64_t ks = kv_stride(cap);
   for (int64_t i = 0; i < n; ++i) {
     packed_decode_row(m.embed, tokens[i], x + i * d);
     rope_angles(m.inv_freq.data(), half, p0 + i, m.cos.data() + i * half, m.sin.data() + i * half);
@@ -378,16 +533,11 @@ Status FastModel::forward(std::span<const int32_t> tokens, KvCache& cache, std::
 
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const FastLayer& L = m.layers[static_cast<size_t>(l)];
-    float* kc = cache.k.data() + l * cap * kvd;  // [cap, kvd]
-    float* vc = cache.v.data() + l * cap * kvd;
-    float* k_new = kc + p0 * kvd;
-    float* v_new = vc + p0 * kvd;
-
     rms_norm(x, L.norm_attn.data(), n, d, eps, h);
-    m.run({{&L.q, q, qd, &L.q_b}, {&L.k, k_new, kvd, &L.k_b}, {&L.v, v_new, kvd, &L.v_b}}, h, n);
+    m.run({{&L.q, q, qd, &L.q_b}, {&L.k, knew, kvd, &L.k_b}, {&L.v, vnew, kvd, &L.v_b}}, h, n);
     if (!L.q_norm.empty()) {  // qwen3
       rms_norm(q, L.q_norm.data(), n * n_heads, hd, eps, q);
-      rms_norm(k_new, L.k_norm.data(), n * n_kv, hd, eps, k_new);
+      rms_norm(knew, L.k_norm.data(), n * n_kv, hd, eps, knew);
     }
     for (int64_t i = 0; i < n; ++i) {
       const float* ci = m.cos.data() + i * half;
@@ -395,50 +545,19 @@ Status FastModel::forward(std::span<const int32_t> tokens, KvCache& cache, std::
       for (int64_t hh = 0; hh < n_heads; ++hh)
         rope_rotate(q + i * qd + hh * hd, hd, ci, si, c.rope_traditional);
       for (int64_t hh = 0; hh < n_kv; ++hh)
-        rope_rotate(k_new + i * kvd + hh * hd, hd, ci, si, c.rope_traditional);
+        rope_rotate(knew + i * kvd + hh * hd, hd, ci, si, c.rope_traditional);
     }
-    if (n < kBlockAttnMinTokens) {
-      // Decode: one (token, head) pair per task, scores in per-thread scratch.
-      m.pool->parallel_for(n * n_heads, [&](int64_t b, int64_t e) {
-        thread_local std::vector<float> scores;
-        if (static_cast<int64_t>(scores.size()) < p0 + n)
-          scores.resize(static_cast<size_t>(p0 + n));
-        for (int64_t idx = b; idx < e; ++idx) {
-          const int64_t i = idx / n_heads, hh = idx % n_heads, g = hh / group;
-          attend_one(q + i * qd + hh * hd, kc + g * hd, vc + g * hd, p0 + i + 1, kvd, hd, scale,
-                     scores.data(), att + i * qd + hh * hd);
-        }
-      });
-    } else if (m.path(std::array<const PackedMatrix*, 3>{&L.q, &L.k, &L.v}, n) ==
-               Impl::Path::kBlas) {
-      // Products go through OpenBLAS here: so does attention (the pool spinning beside
-      // OpenBLAS's threads would slow both).
-      causal_attention(q, kc, vc, n, p0, n_heads, n_kv, hd, scale, att);
-    } else {
-      // Prefill: keys transposed once per KV head, then blocks of 8 queries per task; block p
-      // is paired with the last-but-p so that contiguous slices carry equal causal work.
-      const int64_t lpad = (p0 + n + 15) / 16 * 16, nblk = (n + 7) / 8;
-      grow(m.kt, n_kv * hd * lpad);
-      m.pool->parallel_for(n_kv, [&](int64_t b, int64_t e) {
-        for (int64_t g = b; g < e; ++g)
-          transpose_keys(kc + g * hd, p0 + n, kvd, hd, lpad, m.kt.data() + g * hd * lpad);
-      });
-      m.pool->parallel_for((nblk + 1) / 2 * n_heads, [&](int64_t b, int64_t e) {
-        thread_local std::vector<float> scores;
-        if (static_cast<int64_t>(scores.size()) < 8 * (p0 + n + 24))
-          scores.resize(static_cast<size_t>(8 * (p0 + n + 24)));
-        for (int64_t idx = b; idx < e; ++idx) {
-          const int64_t p = idx / n_heads, hh = idx % n_heads, g = hh / group;
-          for (const int64_t blk : {p, nblk - 1 - p}) {
-            const int64_t i0 = blk * 8, nq = std::min<int64_t>(8, n - i0);
-            attend_block(q + i0 * qd + hh * hd, nq, qd, kc + g * hd, m.kt.data() + g * hd * lpad,
-                         lpad, vc + g * hd, kvd, hd, p0 + i0 + 1, scale, scores.data(),
-                         att + i0 * qd + hh * hd, qd);
-            if (blk == nblk - 1 - p) break;
-          }
-        }
-      });
-    }
+    // Where the products go through OpenBLAS, so does prefill attention (the pool spinning
+    // beside OpenBLAS's threads would slow both).
+    const bool blas =
+        n >= kBlockAttnMinTokens &&
+        m.path(std::array<const PackedMatrix*, 3>{&L.q, &L.k, &L.v}, n) == Impl::Path::kBlas;
+    if (cache.layout == KvLayout::kFastF16)
+      m.attention(cache.k16.data() + l * kvd * ks, cache.v16.data() + l * cap * kvd, ks, q, n, p0,
+                  blas, att);
+    else
+      m.attention(cache.k.data() + l * kvd * ks, cache.v.data() + l * cap * kvd, ks, q, n, p0, blas,
+                  att);
     m.run({{&L.o, h, d, &L.o_b}}, att, n);
     add_into(x, h, n * d);
 

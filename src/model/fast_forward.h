@@ -28,6 +28,10 @@ class FastModel {
   Status forward(std::span<const int32_t> tokens, KvCache& cache, std::span<float> logits,
                  bool all_logits) const;
 
+  // An empty cache in this runtime's layout (model/forward.h KvCache), and whether `cache` is one.
+  KvCache new_cache(int64_t capacity) const;
+  bool fits(const KvCache& cache) const;
+
   std::string name() const;
   uint64_t bytes_per_token() const;
   int threads() const;

@@ -190,6 +190,7 @@ uint64_t Transformer::bytes_per_token() const {
 }
 
 KvCache Transformer::new_cache(int64_t capacity) const {
+  if (impl_->fast) return impl_->fast->new_cache(capacity);
   const ModelConfig& c = impl_->cfg;
   KvCache kv;
   kv.capacity = std::max<int64_t>(capacity, 0);
@@ -213,8 +214,11 @@ Status Transformer::forward(std::span<const int32_t> tokens, KvCache& cache,
 
   if (n == 0) return err("forward: no tokens");
   const size_t cache_size = static_cast<size_t>(c.num_hidden_layers * cap * kvd);
-  if (cap < 0 || cache.k.size() != cache_size || cache.v.size() != cache_size)
-    return err("forward: KV cache does not fit this model (make it with new_cache)");
+  const bool fits = m.fast ? m.fast->fits(cache)
+                           : cache.layout == KvLayout::kRows && cache.k.size() == cache_size &&
+                                 cache.v.size() == cache_size;
+  if (cap < 0 || !fits)
+    return err("forward: KV cache does not fit this model and runtime (make it with new_cache)");
   if (p0 < 0 || n > cap - p0)
     return err("forward: {} cached + {} new positions exceed the KV cache capacity {}", p0, n, cap);
   const int64_t out_rows = all_logits ? n : 1;

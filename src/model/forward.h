@@ -17,14 +17,25 @@
 
 namespace tq {
 
-// Keys and values of every layer for up to `capacity` positions.
+// Keys and values of every layer for up to `capacity` positions, in the layout of the runtime
+// that made it (Transformer::new_cache; forward refuses a cache that does not fit).
+//   kRows (reference runtime): k, v f32 [layers, capacity, kvd].
+//   kFastF32 / kFastF16: keys [layers, n_kv, capacity / 16 (rounded up), head_dim, 16], blocks of
+//   16 positions transposed within (attention scores read consecutive positions as vectors and
+//   a block as one contiguous run), and values [layers, capacity, kvd]; f32 in k/v, or f16 bits
+//   in k16/v16.
+enum class KvLayout : uint8_t { kRows, kFastF32, kFastF16 };
 struct KvCache {
   int64_t capacity = 0;
-  int64_t n = 0;         // positions filled
-  std::vector<float> k;  // [layers, capacity, n_kv_heads * head_dim]
-  std::vector<float> v;  // [layers, capacity, n_kv_heads * head_dim]
+  int64_t n = 0;  // positions filled
+  KvLayout layout = KvLayout::kRows;
+  std::vector<float> k, v;
+  std::vector<uint16_t> k16, v16;
   void clear() { n = 0; }
 };
+
+// Fast runtime: the element type of the KV cache. f16 halves the bytes decode attention reads.
+enum class KvType : uint8_t { kF16, kF32 };
 
 // Fast runtime: how products take their activations. kAuto: integer kernels (two int8 planes,
 // kernels/packed_matmul.h ActQ8) for batches under 48 tokens, f32 + OpenBLAS from 48 on.
@@ -34,6 +45,7 @@ struct RuntimeOptions {
   bool reference = false;  // the f32 reference runtime instead of the fast one
   int threads = 0;         // fast runtime: threads in all (<= 0: one per core)
   ActPath activations = ActPath::kAuto;
+  KvType kv_cache = KvType::kF16;  // fast runtime
 };
 
 class FastModel;

@@ -1,5 +1,6 @@
-// Decode attention (attend_one) and prefill attention (attend_block) on every compiled SIMD
-// target against a double-precision softmax-weighted sum.
+// Attention over the fast runtime's KV cache (decode: attend_partial; prefill: attend_block) with
+// f32 and f16 elements, and the f16 conversions, on every compiled SIMD target against a
+// double-precision softmax-weighted sum of the same (rounded) keys and values.
 #include "kernels/vec_ops.h"
 
 #include <gtest/gtest.h>
@@ -8,98 +9,164 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
+
+#include "tensor/dtype.h"
 
 namespace tq {
 namespace {
 
-std::vector<float> ref_attend(const std::vector<float>& q, const std::vector<float>& k,
-                              const std::vector<float>& v, int64_t len, int64_t ld, int64_t hd,
-                              double scale) {
-  std::vector<double> s(static_cast<size_t>(len));
+// Keys of one KV head in blocks of 16 positions (kt[(j / 16) * hd * 16 + d * 16 + j % 16]) and
+// values in rows (v[j * vld + d]), kept as f32 (already rounded through f16 when f16) and as f16
+// bits.
+struct Cache {
+  int64_t hd, len, vld;
+  std::vector<float> kt, v;
+  std::vector<uint16_t> kt16, v16;
+  float key(int64_t d, int64_t j) const { return kt[(j / 16) * hd * 16 + d * 16 + j % 16]; }
+};
+
+Cache make_cache(int64_t hd, int64_t len, std::mt19937& rng, bool f16) {
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  Cache c{hd, len, 2 * hd + 4, {}, {}, {}, {}};
+  c.kt.assign(static_cast<size_t>(hd * ((len + 15) / 16 * 16)), 1e4f);  // past len: must not count
+  c.v.assign(static_cast<size_t>(len * c.vld), NAN);
+  for (int64_t d = 0; d < hd; ++d)
+    for (int64_t j = 0; j < len; ++j) c.kt[(j / 16) * hd * 16 + d * 16 + j % 16] = nd(rng);
+  for (int64_t j = 0; j < len; ++j)
+    for (int64_t d = 0; d < hd; ++d) c.v[j * c.vld + d] = nd(rng);
+  if (f16) {
+    for (float& x : c.kt) x = f16_to_f32(f32_to_f16(x));
+    for (float& x : c.v) x = f16_to_f32(f32_to_f16(x));
+    for (float x : c.kt) c.kt16.push_back(f32_to_f16(x));
+    for (float x : c.v) c.v16.push_back(f32_to_f16(x));
+  }
+  return c;
+}
+
+// softmax(scale · q · k_j) · v_j over j in [j0, j1), in double.
+std::vector<double> ref_attend(const float* q, const Cache& c, int64_t j0, int64_t j1,
+                               double scale) {
+  std::vector<double> s;
   double m = -1e300, sum = 0.0;
-  for (int64_t j = 0; j < len; ++j) {
+  for (int64_t j = j0; j < j1; ++j) {
     double d = 0.0;
-    for (int64_t i = 0; i < hd; ++i) d += double(q[i]) * k[j * ld + i];
-    s[j] = scale * d, m = std::max(m, s[j]);
+    for (int64_t i = 0; i < c.hd; ++i) d += double(q[i]) * c.key(i, j);
+    s.push_back(scale * d), m = std::max(m, s.back());
   }
   for (double& x : s) x = std::exp(x - m), sum += x;
-  std::vector<float> out(static_cast<size_t>(hd));
-  for (int64_t i = 0; i < hd; ++i) {
-    double o = 0.0;
-    for (int64_t j = 0; j < len; ++j) o += s[j] / sum * v[j * ld + i];
-    out[i] = static_cast<float>(o);
-  }
+  std::vector<double> out(static_cast<size_t>(c.hd), 0.0);
+  for (int64_t i = 0; i < c.hd; ++i)
+    for (int64_t j = j0; j < j1; ++j) out[i] += s[j - j0] / sum * c.v[j * c.vld + i];
   return out;
 }
 
-TEST(AttendOne, EqualsTheDoubleReferenceOnEveryTarget) {
+// One partial softmax per range, normalized (acc / l), equals the reference over that range; g
+// query heads share the KV head, up to 7 (two passes of 4 heads).
+TEST(AttendPartial, EqualsTheDoubleReferenceOnEveryTarget) {
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   int checked = 0;
-  for (int64_t hd : {int64_t{8}, int64_t{24}, int64_t{64}, int64_t{128}, int64_t{100}})
-    for (int64_t len : {int64_t{1}, int64_t{5}, int64_t{17}, int64_t{300}}) {
-      const int64_t ld = 3 * hd + 4;  // rows strided as in a GQA cache
-      std::vector<float> q(static_cast<size_t>(hd)), k(static_cast<size_t>(len * ld)), v(k.size());
-      for (float& x : q) x = 2.0f * nd(rng);  // sharp enough that a few positions dominate
-      for (float& x : k) x = nd(rng);
-      for (float& x : v) x = nd(rng);
-      const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-      const std::vector<float> want = ref_attend(q, k, v, len, ld, hd, scale);
-      for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
-        hwy::SetSupportedTargetsForTest(t);
-        SCOPED_TRACE(std::string(hwy::TargetName(t)) + " hd " + std::to_string(hd) + " len " +
-                     std::to_string(len));
-        std::vector<float> scores(static_cast<size_t>(len)), out(static_cast<size_t>(hd), NAN);
-        attend_one(q.data(), k.data(), v.data(), len, ld, hd, static_cast<float>(scale),
-                   scores.data(), out.data());
-        for (int64_t i = 0; i < hd; ++i) ASSERT_NEAR(out[i], want[i], 2e-5) << "i " << i;
-        ++checked;
-      }
-      hwy::SetSupportedTargetsForTest(0);
-    }
+  for (bool f16 : {false, true})
+    for (int64_t hd : {int64_t{8}, int64_t{64}, int64_t{128}, int64_t{100}})
+      for (int64_t g : {int64_t{1}, int64_t{3}, int64_t{4}, int64_t{7}})
+        for (auto [j0, j1] : {std::pair<int64_t, int64_t>{0, 1}, {0, 17}, {16, 45}, {32, 300}}) {
+          const Cache c = make_cache(hd, j1, rng, f16);
+          std::vector<float> q(static_cast<size_t>(g * hd));
+          for (float& x : q) x = 2.0f * nd(rng);  // sharp enough that a few positions dominate
+          const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+          for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
+            hwy::SetSupportedTargetsForTest(t);
+            SCOPED_TRACE(std::string(hwy::TargetName(t)) + (f16 ? " f16" : " f32") + " hd " +
+                         std::to_string(hd) + " g " + std::to_string(g) + " range " +
+                         std::to_string(j0) + ".." + std::to_string(j1));
+            std::vector<float> scores(static_cast<size_t>(g * (j1 - j0 + 16)));
+            std::vector<float> m(static_cast<size_t>(g)), l(m.size()),
+                acc(static_cast<size_t>(g * hd), NAN);
+            if (f16)
+              attend_partial(q.data(), g, hd, c.kt16.data(), c.v16.data(), c.vld, j0, j1,
+                             static_cast<float>(scale), scores.data(), m.data(), l.data(),
+                             acc.data());
+            else
+              attend_partial(q.data(), g, hd, c.kt.data(), c.v.data(), c.vld, j0, j1,
+                             static_cast<float>(scale), scores.data(), m.data(), l.data(),
+                             acc.data());
+            for (int64_t i = 0; i < g; ++i) {
+              const std::vector<double> want = ref_attend(q.data() + i * hd, c, j0, j1, scale);
+              ASSERT_GE(l[i], 1.0f);  // the maximum's own term
+              for (int64_t d = 0; d < hd; ++d)
+                ASSERT_NEAR(acc[i * hd + d] / l[i], want[d], 2e-5) << "head " << i << " d " << d;
+            }
+            ++checked;
+          }
+          hwy::SetSupportedTargetsForTest(0);
+        }
   EXPECT_GT(checked, 0);
 }
 
 // Prefill attention: blocks of 1..8 queries (causal: query i sees len0 + i positions) against
-// the same double reference, on every target, for head sizes that take the tiled path and one
-// (100) that falls back to attend_one per query.
+// the same double reference, on every target, for f32 and f16 caches and head sizes that take
+// the vector path and one (100) whose value pass is scalar.
 TEST(AttendBlock, EqualsTheDoubleReferenceOnEveryTarget) {
   std::mt19937 rng(8);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   int checked = 0;
-  for (int64_t hd : {int64_t{64}, int64_t{128}, int64_t{100}})
-    for (int64_t nq : {int64_t{1}, int64_t{5}, int64_t{8}})
-      for (int64_t len0 : {int64_t{1}, int64_t{20}, int64_t{130}}) {
-        const int64_t ld = 2 * hd + 4, qld = 3 * hd, old = hd + 8;
-        const int64_t len = len0 + nq - 1, lpad = (len + 15) / 16 * 16;
-        std::vector<float> q(static_cast<size_t>(nq * qld)), k(static_cast<size_t>(len * ld)),
-            v(k.size());
-        for (float& x : q) x = 2.0f * nd(rng);
-        for (float& x : k) x = nd(rng);
-        for (float& x : v) x = nd(rng);
-        const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
-        for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
-          hwy::SetSupportedTargetsForTest(t);
-          SCOPED_TRACE(std::string(hwy::TargetName(t)) + " hd " + std::to_string(hd) + " nq " +
-                       std::to_string(nq) + " len0 " + std::to_string(len0));
-          std::vector<float> kt(static_cast<size_t>(hd * lpad), NAN);
-          transpose_keys(k.data(), len, ld, hd, lpad, kt.data());
-          std::vector<float> scores(static_cast<size_t>(nq * (len0 + nq + 16)));
-          std::vector<float> out(static_cast<size_t>(nq * old), NAN);
-          attend_block(q.data(), nq, qld, k.data(), kt.data(), lpad, v.data(), ld, hd, len0,
-                       static_cast<float>(scale), scores.data(), out.data(), old);
-          for (int64_t i = 0; i < nq; ++i) {
-            std::vector<float> qi(q.begin() + i * qld, q.begin() + i * qld + hd);
-            const std::vector<float> want = ref_attend(qi, k, v, len0 + i, ld, hd, scale);
-            for (int64_t d = 0; d < hd; ++d)
-              ASSERT_NEAR(out[i * old + d], want[d], 2e-5) << "query " << i << " d " << d;
+  for (bool f16 : {false, true})
+    for (int64_t hd : {int64_t{64}, int64_t{128}, int64_t{100}})
+      for (int64_t nq : {int64_t{1}, int64_t{5}, int64_t{8}})
+        for (int64_t len0 : {int64_t{1}, int64_t{20}, int64_t{130}}) {
+          const int64_t qld = 3 * hd, old = hd + 8, len = len0 + nq - 1;
+          const Cache c = make_cache(hd, len, rng, f16);
+          std::vector<float> q(static_cast<size_t>(nq * qld));
+          for (float& x : q) x = 2.0f * nd(rng);
+          const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+          for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
+            hwy::SetSupportedTargetsForTest(t);
+            SCOPED_TRACE(std::string(hwy::TargetName(t)) + (f16 ? " f16" : " f32") + " hd " +
+                         std::to_string(hd) + " nq " + std::to_string(nq) + " len0 " +
+                         std::to_string(len0));
+            std::vector<float> scores(static_cast<size_t>(nq * (len0 + nq + 16)));
+            std::vector<float> out(static_cast<size_t>(nq * old), NAN);
+            if (f16)
+              attend_block(q.data(), nq, qld, c.kt16.data(), c.v16.data(), c.vld, hd, len0,
+                           static_cast<float>(scale), scores.data(), out.data(), old);
+            else
+              attend_block(q.data(), nq, qld, c.kt.data(), c.v.data(), c.vld, hd, len0,
+                           static_cast<float>(scale), scores.data(), out.data(), old);
+            for (int64_t i = 0; i < nq; ++i) {
+              const std::vector<double> want =
+                  ref_attend(q.data() + i * qld, c, 0, len0 + i, scale);
+              for (int64_t d = 0; d < hd; ++d)
+                ASSERT_NEAR(out[i * old + d], want[d], 2e-5) << "query " << i << " d " << d;
+            }
+            ++checked;
           }
-          ++checked;
+          hwy::SetSupportedTargetsForTest(0);
         }
-        hwy::SetSupportedTargetsForTest(0);
-      }
   EXPECT_GT(checked, 0);
+}
+
+// The vector f16 conversions equal the scalar ones bit for bit (ties, subnormals, overflow).
+TEST(F16Convert, EqualsTheScalarConversionOnEveryTarget) {
+  std::mt19937 rng(9);
+  std::vector<float> x;
+  for (int i = 0; i < 1000; ++i) x.push_back(bits_to_f32(static_cast<uint32_t>(rng())));
+  for (float f : {0.0f, -0.0f, 65504.0f, 65520.0f, 1e-8f, 5.96e-8f, 2.98e-8f, 1.0f + 1.0f / 2048})
+    x.push_back(f);
+  std::erase_if(x, [](float f) { return std::isnan(f); });
+  for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(t);
+    SCOPED_TRACE(hwy::TargetName(t));
+    std::vector<uint16_t> h(x.size());
+    f32_to_f16_n(x.data(), static_cast<int64_t>(x.size()), h.data());
+    for (size_t i = 0; i < x.size(); ++i)
+      ASSERT_EQ(h[i], f32_to_f16(x[i])) << x[i] << " bits " << f32_to_bits(x[i]);
+    std::vector<float> back(x.size());
+    f16_to_f32_n(h.data(), static_cast<int64_t>(h.size()), back.data());
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(back[i], f16_to_f32(h[i])) << h[i];
+  }
+  hwy::SetSupportedTargetsForTest(0);
 }
 
 }  // namespace
