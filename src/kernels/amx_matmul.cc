@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include "formats/mlx_quant.h"
 
@@ -55,28 +56,27 @@ size_t tile_at(const ActTiles& xt, int64_t t, int64_t k) {
                              (t % 16) * 4 + k % 4);
 }
 
-// Quantizes tokens [t0, t1) with `block` (the scalar or the AVX-512 quantizer of 64 values).
-template <typename Q>
-void quantize_tiles_with(const float* x, int64_t t0, int64_t t1, ActTiles* out, Q block) {
+// Quantizes tokens [t0, t1): each token's 64-blocks in SIMD (quantize_blocks_q8), then their
+// 4-byte groups scattered to the tile rows.
+void quantize_tiles_with(const float* x, int64_t t0, int64_t t1, ActTiles* out) {
   const int64_t cols = out->cols, nb = cols / 64;
-  int8_t q[64], r[64];
+  thread_local std::vector<int8_t> q, r;
+  thread_local std::vector<float> d, sum;
+  q.resize(static_cast<size_t>(cols)), r.resize(static_cast<size_t>(cols));
+  d.resize(static_cast<size_t>(nb)), sum.resize(static_cast<size_t>(nb));
   for (int64_t t = t0; t < t1; ++t) {
     const int64_t tb = t / 16, m = t % 16;
+    quantize_blocks_q8(x + t * cols, 64, nb, q.data(), r.data(), d.data(), sum.data());
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t tile = (tb * nb + b) * 1024, v = (tb * nb + b) * 16 + m;
-      float d;
-      block(x + t * cols + b * 64, q, r, &d, &out->sum[v]);
-      out->dv[v] = d / 256.0f;
+      out->sum[v] = sum[b];
+      out->dv[v] = d[b] / 256.0f;
       for (int64_t kr = 0; kr < 16; ++kr) {
-        std::memcpy(&out->q[tile + kr * 64 + m * 4], q + kr * 4, 4);
-        std::memcpy(&out->r[tile + kr * 64 + m * 4], r + kr * 4, 4);
+        std::memcpy(&out->q[tile + kr * 64 + m * 4], &q[b * 64 + kr * 4], 4);
+        std::memcpy(&out->r[tile + kr * 64 + m * 4], &r[b * 64 + kr * 4], 4);
       }
     }
   }
-}
-
-void quantize_block_ref(const float* x, int8_t* q, int8_t* r, float* d, float* sum) {
-  quantize_block_q8(x, 64, q, r, d, sum);
 }
 
 }  // namespace
@@ -259,38 +259,10 @@ TQ_AMX_TARGET void amx_rows(const PackedMatrix& w, const ActTiles& xt, float* y,
   _tile_release();
 }
 
-// quantize_block_q8 (len 64) in AVX-512, bit for bit: the same f32 operations, and cvtps2dq
-// rounds to nearest even as lrintf does in the default rounding mode.
-TQ_AMX_TARGET void quantize_block_avx512(const float* x, int8_t* q, int8_t* r, float* d,
-                                         float* sum) {
-  __m512 xv[4], amax = _mm512_setzero_ps();
-  for (int h = 0; h < 4; ++h)
-    xv[h] = _mm512_loadu_ps(x + 16 * h), amax = _mm512_max_ps(amax, _mm512_abs_ps(xv[h]));
-  const float m = _mm512_reduce_max_ps(amax);
-  const __m512 id = _mm512_set1_ps(m > 0.0f ? 127.0f / m : 0.0f);
-  const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
-  __m512i qs = _mm512_setzero_si512();
-  for (int h = 0; h < 4; ++h) {
-    const __m512 v = _mm512_mul_ps(xv[h], id);
-    const __m512i qi = _mm512_cvtps_epi32(v);
-    const __m512 frac = _mm512_sub_ps(v, _mm512_cvtepi32_ps(qi));
-    const __m512i ri = _mm512_min_epi32(
-        hi, _mm512_max_epi32(lo, _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_set1_ps(256.0f), frac))));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16 * h), _mm512_cvtepi32_epi8(qi));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(r + 16 * h), _mm512_cvtepi32_epi8(ri));
-    qs = _mm512_add_epi32(qs, _mm512_add_epi32(_mm512_slli_epi32(qi, 8), ri));
-  }
-  *d = m / 127.0f;
-  *sum = *d / 256.0f * static_cast<float>(_mm512_reduce_add_epi32(qs));
-}
-
 }  // namespace
 
 void quantize_act_tiles(const float* x, int64_t t0, int64_t t1, ActTiles* out) {
-  if (amx_available())
-    quantize_tiles_with(x, t0, t1, out, quantize_block_avx512);
-  else
-    quantize_tiles_with(x, t0, t1, out, quantize_block_ref);
+  quantize_tiles_with(x, t0, t1, out);
 }
 
 bool amx_available() {
@@ -315,7 +287,7 @@ void packed_matmul_amx(const PackedMatrix& w, const ActTiles& xt, float* y, int6
 #else  // no AMX in this build
 
 void quantize_act_tiles(const float* x, int64_t t0, int64_t t1, ActTiles* out) {
-  quantize_tiles_with(x, t0, t1, out, quantize_block_ref);
+  quantize_tiles_with(x, t0, t1, out);
 }
 
 bool amx_available() { return false; }

@@ -55,6 +55,9 @@ void quantize_act_q8(const float* x, int64_t n, int64_t cols, ActQ8* out);
 // One block of `len` values: its two planes, d and the sum of the block as quantized (ActQ8's
 // rule; ActQ8 uses len 32, the AMX tiles 64).
 void quantize_block_q8(const float* x, int len, int8_t* q, int8_t* r, float* d, float* sum);
+// The same on nb consecutive blocks (q, r: nb * len; d, sum: nb), in SIMD, bit for bit.
+void quantize_blocks_q8(const float* x, int len, int64_t nb, int8_t* q, int8_t* r, float* d,
+                        float* sum);
 
 // Whether the dispatched ISA has an integer dot-product kernel for this matrix.
 bool packed_q8_supported(const PackedMatrix& w);

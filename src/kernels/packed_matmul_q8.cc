@@ -286,6 +286,44 @@ inline void RowsQ8(const PackedMatrix& w, const float* sc, const float* sb, cons
 
 #endif  // AVX2 / AVX3 / AVX3_DL
 
+// quantize_block_q8's rule on nb consecutive blocks of len values (len a multiple of the
+// vector), bit for bit: the same f32 operations, and NearestInt rounds to nearest even as
+// lrintf does in the default rounding mode.
+void QuantizeBlocksImpl(const float* x, int len, int64_t nb, int8_t* q, int8_t* r, float* d,
+                        float* sum) {
+  namespace hn = hwy::HWY_NAMESPACE;
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<int32_t, decltype(df)> di;
+  const hn::Rebind<int8_t, decltype(df)> d8;
+  const int N = static_cast<int>(hn::Lanes(df));
+  if (len % N != 0) {
+    for (int64_t b = 0; b < nb; ++b)
+      quantize_block_q8(x + b * len, len, q + b * len, r + b * len, d + b, sum + b);
+    return;
+  }
+  const auto lo = hn::Set(di, -127), hi = hn::Set(di, 127);
+  const auto k256 = hn::Set(df, 256.0f);
+  for (int64_t b = 0; b < nb; ++b) {
+    const float* xb = x + b * len;
+    auto amax = hn::Zero(df);
+    for (int k = 0; k < len; k += N) amax = hn::Max(amax, hn::Abs(hn::LoadU(df, xb + k)));
+    const float m = hn::GetLane(hn::MaxOfLanes(df, amax));
+    const auto id = hn::Set(df, m > 0.0f ? 127.0f / m : 0.0f);
+    auto qs = hn::Zero(di);
+    for (int k = 0; k < len; k += N) {
+      const auto v = hn::Mul(hn::LoadU(df, xb + k), id);
+      const auto qi = hn::NearestInt(v);
+      const auto ri =
+          hn::Min(hi, hn::Max(lo, hn::NearestInt(hn::Mul(k256, hn::Sub(v, hn::ConvertTo(df, qi))))));
+      hn::StoreU(hn::DemoteTo(d8, qi), d8, q + b * len + k);
+      hn::StoreU(hn::DemoteTo(d8, ri), d8, r + b * len + k);
+      qs = hn::Add(qs, hn::Add(hn::ShiftLeft<8>(qi), ri));
+    }
+    d[b] = m / 127.0f;
+    sum[b] = d[b] / 256.0f * static_cast<float>(hn::GetLane(hn::SumOfLanes(di, qs)));
+  }
+}
+
 bool SupportedImpl(const PackedMatrix& w) {
 #ifdef TQ_Q8_KERNELS
   if (w.format != WeightFormat::kAffine || w.cols % 32 != 0) return false;
@@ -368,7 +406,13 @@ HWY_AFTER_NAMESPACE();
 namespace tq {
 
 HWY_EXPORT(SupportedImpl);
+HWY_EXPORT(QuantizeBlocksImpl);
 HWY_EXPORT(MatmulQ8Impl);
+
+void quantize_blocks_q8(const float* x, int len, int64_t nb, int8_t* q, int8_t* r, float* d,
+                        float* sum) {
+  HWY_DYNAMIC_DISPATCH(QuantizeBlocksImpl)(x, len, nb, q, r, d, sum);
+}
 
 bool packed_q8_supported(const PackedMatrix& w) { return HWY_DYNAMIC_DISPATCH(SupportedImpl)(w); }
 

@@ -51,9 +51,7 @@ void quantize_act_q8(const float* x, int64_t n, int64_t cols, ActQ8* out) {
     const float* xt = x + t * cols;
     int8_t* q = out->q.data() + t * cols;
     int8_t* r = out->r.data() + t * cols;
-    for (int64_t b = 0; b < nb; ++b)
-      quantize_block_q8(xt + b * 32, 32, q + b * 32, r + b * 32, &out->d[t * nb + b],
-                        &out->sum[t * nb + b]);
+    quantize_blocks_q8(xt, 32, nb, q, r, &out->d[t * nb], &out->sum[t * nb]);
     // Nibble order: byte j of a 64-code half holds k = 2j (low nibble) and 2j+1 (high).
     for (int plane = 0; plane < 2; ++plane) {
       const int8_t* src = plane == 0 ? q : r;

@@ -13,6 +13,7 @@
 
 #include "kernels/amx_matmul.h"
 #include "kernels/packed_matmul.h"
+#include "tensor/dtype.h"
 
 namespace tq {
 namespace {
@@ -245,6 +246,40 @@ TEST(PackedMatmul, Int8ActivationsEqualTheirScalarReference) {
 // The AMX tile kernel against its scalar reference (and, loosely, the f32 product): every
 // affine width, groups 64/128, f32 and bf16 scales, token counts that leave partial 16-token
 // tiles, row ranges split at 16; the tiles hold exactly the scalar quantizer's values.
+// The SIMD activation quantizer equals the scalar rule bit for bit on every target: blocks of 32
+// (ActQ8) and 64 (AMX tiles), values on rounding ties, a zero block, large and tiny magnitudes.
+TEST(QuantizeBlocks, EqualTheScalarQuantizerOnEveryTarget) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (int len : {32, 64}) {
+    const int64_t nb = 6;
+    std::vector<float> x(static_cast<size_t>(nb * len));
+    for (size_t i = 0; i < x.size(); ++i) x[i] = nd(rng) * (i < x.size() / 2 ? 1.0f : 1e-3f);
+    for (int i = 0; i < len; ++i) x[len + i] = 0.0f;                      // block 1: zeros
+    for (int i = 0; i < len; ++i) x[2 * len + i] = (i - len / 2) * 0.5f;  // ties of q and r
+    x[2 * len] = 127.0f / 2;  // amax 63.5: x · 127 / amax lands on halves
+    std::vector<int8_t> qw(x.size()), rw(x.size());
+    std::vector<float> dw(nb), sw(nb);
+    for (int64_t b = 0; b < nb; ++b)
+      quantize_block_q8(x.data() + b * len, len, qw.data() + b * len, rw.data() + b * len, &dw[b],
+                        &sw[b]);
+    for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
+      hwy::SetSupportedTargetsForTest(t);
+      SCOPED_TRACE(std::string(hwy::TargetName(t)) + " len " + std::to_string(len));
+      std::vector<int8_t> q(x.size()), r(x.size());
+      std::vector<float> d(nb), sum(nb);
+      quantize_blocks_q8(x.data(), len, nb, q.data(), r.data(), d.data(), sum.data());
+      EXPECT_EQ(q, qw);
+      EXPECT_EQ(r, rw);
+      for (int64_t b = 0; b < nb; ++b) {
+        EXPECT_EQ(f32_to_bits(d[b]), f32_to_bits(dw[b])) << b;
+        EXPECT_EQ(f32_to_bits(sum[b]), f32_to_bits(sw[b])) << b;
+      }
+    }
+    hwy::SetSupportedTargetsForTest(0);
+  }
+}
+
 TEST(PackedMatmul, AmxEqualsItsScalarReference) {
   if (!amx_available()) {
     GTEST_SKIP() << "no AMX-INT8 on this machine";
