@@ -313,8 +313,8 @@ void QuantizeBlocksImpl(const float* x, int len, int64_t nb, int8_t* q, int8_t* 
     for (int k = 0; k < len; k += N) {
       const auto v = hn::Mul(hn::LoadU(df, xb + k), id);
       const auto qi = hn::NearestInt(v);
-      const auto ri =
-          hn::Min(hi, hn::Max(lo, hn::NearestInt(hn::Mul(k256, hn::Sub(v, hn::ConvertTo(df, qi))))));
+      const auto ri = hn::Min(
+          hi, hn::Max(lo, hn::NearestInt(hn::Mul(k256, hn::Sub(v, hn::ConvertTo(df, qi))))));
       hn::StoreU(hn::DemoteTo(d8, qi), d8, q + b * len + k);
       hn::StoreU(hn::DemoteTo(d8, ri), d8, r + b * len + k);
       qs = hn::Add(qs, hn::Add(hn::ShiftLeft<8>(qi), ri));

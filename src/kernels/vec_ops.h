@@ -12,6 +12,9 @@ namespace tq {
 
 float dot_f32(const float* a, const float* b, int64_t n);  // Σ a[i]·b[i]
 
+// gate[i] <- gate[i] / (1 + exp(-gate[i])) * up[i] (kernels/ops.h silu_mul), in vectors.
+void silu_mul_simd(float* gate, const float* up, int64_t n);
+
 // f32 <-> f16 bits (round to nearest even), in vectors.
 void f32_to_f16_n(const float* x, int64_t n, uint16_t* out);
 void f16_to_f32_n(const uint16_t* x, int64_t n, float* out);

@@ -563,7 +563,10 @@ Status FastModel::forward(std::span<const int32_t> tokens, KvCache& cache, std::
 
     rms_norm(x, L.norm_mlp.data(), n, d, eps, h);
     m.run({{&L.gate, m.gate.data(), inter, &L.gate_b}, {&L.up, m.up.data(), inter, &L.up_b}}, h, n);
-    silu_mul(m.gate.data(), m.up.data(), n * inter);
+    m.pool->parallel_for(
+        n * inter,
+        [&](int64_t b, int64_t e) { silu_mul_simd(m.gate.data() + b, m.up.data() + b, e - b); },
+        4096);
     m.run({{&L.down, h, d, &L.down_b}}, m.gate.data(), n);
     add_into(x, h, n * d);
   }
