@@ -120,22 +120,20 @@ struct TileConfig {
   uint8_t rows[16] = {};
 };
 
-// 16 rows of 4-bit codes (two per byte, low nibble first) to bytes, 64 codes per step.
+// 16 rows of 4-bit codes (two per byte, low nibble first) to bytes in tile order (see
+// strip_codes), 64 codes per step.
 TQ_AMX_TARGET void unpack4_rows(const uint8_t* src, int64_t src_stride, int64_t cols,
                                 uint8_t* dst) {
   const __m512i lo = _mm512_set1_epi16(0x000F), hi = _mm512_set1_epi16(0x0F00);
-  const int64_t main = cols - cols % 64;
   for (int i = 0; i < 16; ++i) {
     const uint8_t* s = src + i * src_stride;
-    uint8_t* d = dst + i * cols;
-    for (int64_t k = 0; k < main; k += 64) {
+    for (int64_t k = 0; k < cols; k += 64) {
       const __m512i t =
           _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + k / 2)));
       const __m512i v =
           _mm512_or_si512(_mm512_and_si512(t, lo), _mm512_and_si512(_mm512_slli_epi16(t, 4), hi));
-      _mm512_storeu_si512(d + k, v);
+      _mm512_storeu_si512(dst + k * 16 + i * 64, v);
     }
-    if (main < cols) unpack_codes(s, main, cols - main, 4, d + main);
   }
 }
 
@@ -154,8 +152,9 @@ TQ_AMX_TARGET __attribute__((always_inline)) inline void scale_block(
   }
 }
 
-// Codes of rows [n0, n0 + 16) as bytes, row stride K: in place for 8-bit, else unpacked into
-// `strip`; with their scales and biases as f32, [group][16], into st/bt.
+// Codes of rows [n0, n0 + 16) as bytes in tile order, [K / 64][16 rows][64]: each 64-block
+// is one contiguous 1 KB tile (rows in place at stride K put 16 lines of a tile in 2 L1 sets
+// when K is 2048); with their scales and biases as f32, [group][16], into st/bt.
 TQ_AMX_TARGET const uint8_t* strip_codes(const PackedMatrix& w, int64_t n0, uint8_t* strip,
                                          float* st, float* bt) {
   const int64_t K = w.cols, G = w.groups();
@@ -165,11 +164,20 @@ TQ_AMX_TARGET const uint8_t* strip_codes(const PackedMatrix& w, int64_t n0, uint
       bt[g * 16 + i] = scale_at(w.scale_dtype, w.biases, (n0 + i) * G + g);
     }
   const uint8_t* a = w.data + n0 * w.row_bytes();
-  if (w.bits == 8) return a;
   if (w.bits == 4) {
     unpack4_rows(a, w.row_bytes(), K, strip);
-  } else {
-    for (int i = 0; i < 16; ++i) unpack_codes(a + i * w.row_bytes(), 0, K, w.bits, strip + i * K);
+    return strip;
+  }
+  thread_local std::vector<uint8_t> row;
+  row.resize(static_cast<size_t>(K));
+  for (int i = 0; i < 16; ++i) {
+    const uint8_t* codes = a + i * w.row_bytes();
+    if (w.bits != 8) {
+      unpack_codes(codes, 0, K, w.bits, row.data());
+      codes = row.data();
+    }
+    for (int64_t k = 0; k < K; k += 64)
+      _mm512_storeu_si512(strip + k * 16 + i * 64, _mm512_loadu_si512(codes + k));
   }
   return strip;
 }
@@ -193,13 +201,13 @@ TQ_AMX_TARGET __attribute__((always_inline)) inline void tile_block(
   for (int64_t b = 0; b < nb; ++b) {
     _tile_loadd(2, bq + b * 1024, 64);
     _tile_loadd(3, br + b * 1024, 64);
-    _tile_loadd(0, a[0] + b * 64, K);
+    _tile_loadd(0, a[0] + b * 1024, 64);
     _tile_zero(4);
     _tile_zero(5);
     _tile_dpbusd(4, 0, 2);
     _tile_dpbusd(5, 0, 3);
     if constexpr (RB == 2) {
-      _tile_loadd(1, a[1] + b * 64, K);
+      _tile_loadd(1, a[1] + b * 1024, 64);
       _tile_zero(6);
       _tile_zero(7);
       _tile_dpbusd(6, 1, 2);
