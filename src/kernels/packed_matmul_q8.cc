@@ -185,7 +185,7 @@ inline void RowsQ4(const PackedMatrix& w, const float* sc, const float* sb, cons
       const __m512i rl = _mm512_loadu_si512(r4 + 128 * c);
       const __m512i rh = _mm512_loadu_si512(r4 + 128 * c + 64);
       const __m512 dvc = _mm512_loadu_ps(dv + 16 * c);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
         const __m512i v = _mm512_loadu_si512(w.data + i * rb + 64 * c);
         if (pf) Prefetch(w.data + i * rb + 64 * c + pf);
@@ -367,7 +367,7 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
       const int8_t* r4 = xq.r4.data() + t * cols;
       const float* dv = xq.dv.data() + t * (cols / 64) * 8;
       const float* dv8 = xq.dv8.data() + t * (cols / 64) * 16;
-      // Four rows at a time share the activation loads; the strip's last rows one by one.
+      // Rows at a time share the activation loads; the strip's last rows one by one.
       auto rows = [&]<int R>(int64_t r, float* out) {
         const int64_t pf = t == 0 ? pf_bytes : 0;  // the strip's first pass over its rows
         PackedMatrix m = w;
@@ -381,8 +381,15 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
         (void)dv8;  // unreachable: SupportedImpl
 #endif
       };
-      float out[4];
+      float out[8];
       int64_t r = rs;
+      // 4-bit: eight rows at a time (a third faster on SmolLM2's 576-column rows, whose fixed
+      // cost per row is large; 8-bit codes with eight rows ran 25% slower).
+      if (w.bits == 4)
+        for (; r + 8 <= re; r += 8) {
+          rows.template operator()<8>(r, out);
+          for (int i = 0; i < 8; ++i) y[t * ldy + r + i] = out[i];
+        }
       for (; r + 4 <= re; r += 4) {
         rows.template operator()<4>(r, out);
         for (int i = 0; i < 4; ++i) y[t * ldy + r + i] = out[i];
