@@ -35,7 +35,7 @@ ThreadPool::~ThreadPool() {
 }
 
 void ThreadPool::drain(uint32_t gen) {
-  const uint32_t parts = static_cast<uint32_t>(size());
+  const uint32_t parts = parts_;
   uint64_t t = ticket_.load(std::memory_order_acquire);
   for (;;) {
     const uint32_t idx = static_cast<uint32_t>(t);
@@ -70,7 +70,7 @@ void ThreadPool::worker() {
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
-                              int64_t align) {
+                              int64_t align, int per_thread) {
   if (n <= 0) return;
   if (workers_.empty() || n <= align) {
     fn(0, n);
@@ -80,12 +80,14 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   fn_ = &fn;
   n_ = n;
   align_ = std::max<int64_t>(align, 1);
+  parts_ = static_cast<uint32_t>(std::min<int64_t>(
+      (n + align_ - 1) / align_, static_cast<int64_t>(size()) * std::max(per_thread, 1)));
   done_.store(0, std::memory_order_relaxed);
   ticket_.store(static_cast<uint64_t>(gen) << 32, std::memory_order_release);
   generation_.store(gen, std::memory_order_release);
   generation_.notify_all();
   drain(gen);
-  while (done_.load(std::memory_order_acquire) != size()) TQ_PAUSE();
+  while (done_.load(std::memory_order_acquire) != static_cast<int>(parts_)) TQ_PAUSE();
   fn_ = nullptr;
 }
 

@@ -23,10 +23,13 @@ class ThreadPool {
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
 
-  // Splits [0, n) into size() contiguous slices whose bounds are multiples of `align` (except
-  // n) and runs fn(begin, end) once per slice, on any thread; returns when all are done. Not
+  // Splits [0, n) into size() · per_thread contiguous slices (at most one per `align` units)
+  // whose bounds are multiples of `align` (except n) and runs fn(begin, end) once per slice, on
+  // any thread; returns when all are done. More slices per thread even out a late or slow
+  // thread on short loops; one keeps each thread's reads one sequential stream. Not
   // reentrant: fn must not call parallel_for on the same pool.
-  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t align = 1);
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t align = 1,
+                    int per_thread = 1);
 
   static int hardware_threads();
 
@@ -39,6 +42,7 @@ class ThreadPool {
   // The current loop; written only while no slice of it can be claimed.
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t n_ = 0, align_ = 1;
+  uint32_t parts_ = 1;                   // slices of the current loop
   uint32_t gen_ = 0;                     // the caller's count of loops
   std::atomic<uint64_t> ticket_{0};      // generation << 32 | next slice to claim
   std::atomic<uint32_t> generation_{0};  // what sleeping workers wait on

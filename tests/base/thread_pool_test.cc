@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <utility>
 #include <vector>
 
 #include "base/thread_pool.h"
@@ -14,7 +15,7 @@ TEST(ThreadPool, CoversEveryIndexOnceWithAlignedSlices) {
     ThreadPool pool(threads);
     EXPECT_EQ(pool.size(), threads);
     for (int64_t n : {1, 7, 64, 1001}) {
-      for (int64_t align : {1, 4, 8}) {
+      for (auto [align, per] : {std::pair<int64_t, int>{1, 1}, {4, 1}, {8, 1}, {1, 4}, {8, 4}}) {
         std::vector<std::atomic<int>> hits(static_cast<size_t>(n));
         std::atomic<int> calls{0};
         pool.parallel_for(
@@ -27,9 +28,14 @@ TEST(ThreadPool, CoversEveryIndexOnceWithAlignedSlices) {
               }
               for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)]++;
             },
-            align);
+            align, per);
         for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[static_cast<size_t>(i)].load(), 1);
-        EXPECT_LE(calls.load(), threads);
+        EXPECT_LE(calls.load(), threads * per);
+        if (threads == 1 || per == 1) continue;
+        // Several slices per thread when there is room for them.
+        if ((n + align - 1) / align >= threads * per) {
+          EXPECT_GT(calls.load(), threads);
+        }
       }
     }
   }
