@@ -5,9 +5,11 @@ threads, alternated in one run. Prints prefill and decode tok/s of both and the 
 Pairs (built into $TQ_CACHE/bench/vs-llamacpp when missing, see make_artifacts.py):
   SmolLM2-135M: our MLX 4-bit g64 vs its GGUF Q4_1; our MLX 8-bit g64 vs GGUF Q8_0.
 Usage: run.py [--threads 2] [--prompt-lengths 128,512,2048] [--gen 128] [--repeat 1] [--activations auto]
+--repeat N runs the two engines N times each, alternated one run at a time; medians are printed.
 """
 import argparse
 import json
+import statistics
 import os
 import subprocess
 import sys
@@ -63,12 +65,19 @@ def main():
             print(f"{name}: missing {ours if not ours.exists() else gguf}; run make_artifacts.py")
             continue
         vocab = json.loads((ours / "config.json").read_text())["vocab_size"]
-        # Alternate: llama, tq, llama, tq ... so drift in machine load hits both.
-        l1 = llama_bench(gguf, vocab, a)
-        t1, tj = tq_bench(ours, a)
-        for n in sorted(t1):
-            tp, td = t1[n]
-            lp, ld = l1[n]
+        # Alternate one repeat at a time: llama, tq, llama, tq ... so drift in machine load
+        # (this VM's is +-15-30% over minutes) hits both; medians per engine afterwards.
+        one = argparse.Namespace(**{**vars(a), "repeat": 1})
+        ls, ts = [], []
+        for _ in range(a.repeat):
+            ls.append(llama_bench(gguf, vocab, one))
+            t1, tj = tq_bench(ours, one)
+            ts.append(t1)
+        for n in sorted(ts[0]):
+            tp = statistics.median(t[n][0] for t in ts)
+            td = statistics.median(t[n][1] for t in ts)
+            lp = statistics.median(l[n][0] for l in ls)
+            ld = statistics.median(l[n][1] for l in ls)
             print(f"{name:10} {n:5d} {tp:9.1f} {lp:9.1f} {tp / lp:6.2f} {td:8.1f} {ld:9.1f} "
                   f"{td / ld:6.2f}")
         print(f"{'':10} tq roofline {tj['roofline_decode_tok_s']:.1f} tok/s "
