@@ -398,6 +398,15 @@ TEST_P(TinyForward, FastRuntimeEqualsReference) {
                   tol)
             << "decode step " << step;
       }
+      // A short batch (5 tokens: the decode attention path, one task per token and range).
+      std::vector<int32_t> five = {3, 1, 4, 1, 5};
+      std::vector<float> fr(5 * V), ff(5 * V);
+      KvCache cr5 = (*ref)->new_cache(n + 5), cf5 = (*fast)->new_cache(n + 5);
+      ASSERT_TRUE((*ref)->forward(toks, cr5, lr).ok());
+      ASSERT_TRUE((*fast)->forward(toks, cf5, lf).ok());
+      ASSERT_TRUE((*ref)->forward(five, cr5, fr).ok());
+      ASSERT_TRUE((*fast)->forward(five, cf5, ff).ok());
+      EXPECT_LT(max_abs_diff(fr, ff) / max_abs(fr), tol) << "5-token batch";
       EXPECT_EQ(cf.n, n + 3);
     }
     // A cache of the other runtime (or the other element type) is refused.
