@@ -10,6 +10,8 @@
 #include <limits>
 #include <mutex>
 #include <span>
+#include <type_traits>
+#include <utility>
 
 #include <cblas.h>
 #include <fmt/format.h>
@@ -322,7 +324,8 @@ void FastModel::Impl::attention(T* kt, T* vc, int64_t ks, const float* q, int64_
   if (blas) {
     // OpenBLAS attention on row-major f32 copies of this layer's keys and values.
     if (static_cast<int64_t>(kf.size()) < total * kvd) kf.resize(static_cast<size_t>(total * kvd));
-    if (static_cast<int64_t>(vf.size()) < total * kvd) vf.resize(static_cast<size_t>(total * kvd));
+    if (static_cast<int64_t>(vf.size()) < total * kvd && !std::is_same_v<T, float>)
+      vf.resize(static_cast<size_t>(total * kvd));
     std::vector<float> blk(static_cast<size_t>(hd * 16));
     for (int64_t g = 0; g < n_kv; ++g)
       for (int64_t j0 = 0; j0 < total; j0 += 16) {  // one block of 16 positions at a time
@@ -330,8 +333,12 @@ void FastModel::Impl::attention(T* kt, T* vc, int64_t ks, const float* q, int64_
         for (int64_t j = j0; j < std::min(total, j0 + 16); ++j)
           for (int64_t dd = 0; dd < hd; ++dd) kf[j * kvd + g * hd + dd] = blk[dd * 16 + j - j0];
       }
-    from_kv(vc, total * kvd, vf.data());
-    causal_attention(q, kf.data(), vf.data(), n, p0, n_heads, n_kv, hd, scale, att);
+    const float* vrows = vf.data();  // an f32 cache's values are rows already
+    if constexpr (std::is_same_v<T, float>)
+      vrows = vc;
+    else
+      from_kv(vc, total * kvd, vf.data());
+    causal_attention(q, kf.data(), vrows, n, p0, n_heads, n_kv, hd, scale, att);
     return;
   }
   // Prefill: blocks of 8 queries per task; block p is paired with the last-but-p so that
@@ -476,13 +483,21 @@ std::string FastModel::name() const {
 
 int FastModel::threads() const { return impl_->pool->size(); }
 
+namespace {
+
+// Elements of a fast cache of `capacity` positions: keys (whole blocks of 16), values.
+std::pair<size_t, size_t> kv_sizes(const ModelConfig& c, int64_t capacity) {
+  const int64_t kvd = c.num_key_value_heads * c.head_dim, L = c.num_hidden_layers;
+  return {static_cast<size_t>(L * kvd * kv_stride(capacity)),
+          static_cast<size_t>(L * kvd * capacity)};
+}
+
+}  // namespace
+
 KvCache FastModel::new_cache(int64_t capacity) const {
-  const ModelConfig& c = impl_->cfg;
   KvCache kv;
   kv.capacity = std::max<int64_t>(capacity, 0);
-  const int64_t kvd = c.num_key_value_heads * c.head_dim, L = c.num_hidden_layers;
-  const size_t ks = static_cast<size_t>(L * kvd * kv_stride(kv.capacity)),
-               vs = static_cast<size_t>(L * kvd * kv.capacity);
+  const auto [ks, vs] = kv_sizes(impl_->cfg, kv.capacity);
   if (impl_->opts.kv_cache == KvType::kF16) {
     kv.layout = KvLayout::kFastF16;
     kv.k16.assign(ks, 0), kv.v16.assign(vs, 0);
@@ -494,11 +509,8 @@ KvCache FastModel::new_cache(int64_t capacity) const {
 }
 
 bool FastModel::fits(const KvCache& kv) const {
-  const ModelConfig& c = impl_->cfg;
   if (kv.capacity < 0) return false;
-  const int64_t kvd = c.num_key_value_heads * c.head_dim, L = c.num_hidden_layers;
-  const size_t ks = static_cast<size_t>(L * kvd * kv_stride(kv.capacity)),
-               vs = static_cast<size_t>(L * kvd * kv.capacity);
+  const auto [ks, vs] = kv_sizes(impl_->cfg, kv.capacity);
   if (impl_->opts.kv_cache == KvType::kF16)
     return kv.layout == KvLayout::kFastF16 && kv.k16.size() == ks && kv.v16.size() == vs;
   return kv.layout == KvLayout::kFastF32 && kv.k.size() == ks && kv.v.size() == vs;

@@ -38,7 +38,8 @@ struct KvCache {
 enum class KvType : uint8_t { kF16, kF32 };
 
 // Fast runtime: how products take their activations. kAuto: integer kernels (two int8 planes,
-// kernels/packed_matmul.h ActQ8) for batches under 48 tokens, f32 + OpenBLAS from 48 on.
+// kernels/packed_matmul.h ActQ8) for batches under 48 tokens and, on CPUs with AMX, for batches
+// of 16+ (kernels/amx_matmul.h); f32 + OpenBLAS otherwise.
 enum class ActPath : uint8_t { kAuto, kInt8, kF32 };
 
 struct RuntimeOptions {

@@ -110,6 +110,20 @@ double magnitude(const Case& c, const float* x, int64_t r) {
   return mag;
 }
 
+// y [n, rows] of an integer path against its scalar reference ref (1e-5 of each output's
+// magnitude) and against the f32-activation result fref (ftol of it: the rounding of x).
+void expect_int_path_near(const Case& c, const std::vector<float>& x, int64_t n, int64_t rows,
+                          const std::vector<float>& y, const std::vector<float>& ref,
+                          const std::vector<float>& fref, double ftol) {
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t r = 0; r < rows; ++r) {
+      const size_t i = static_cast<size_t>(t * rows + r);
+      const double mag = magnitude(c, x.data() + t * c.m.cols, r);
+      ASSERT_NEAR(y[i], ref[i], 1e-5 * mag) << "t " << t << " r " << r;
+      ASSERT_NEAR(y[i], fref[i], ftol * mag) << "t " << t << " r " << r;
+    }
+}
+
 struct Spec {
   WeightFormat f;
   int bits, group;
@@ -224,14 +238,8 @@ TEST(PackedMatmul, Int8ActivationsEqualTheirScalarReference) {
           std::vector<float> y(ref.size(), NAN);
           packed_matmul_q8(c.m, xq, y.data(), rows, 0, 4);
           packed_matmul_q8(c.m, xq, y.data(), rows, 4, rows);
-          for (int64_t t = 0; t < n; ++t)
-            for (int64_t r = 0; r < rows; ++r) {
-              const size_t i = static_cast<size_t>(t * rows + r);
-              const double mag = magnitude(c, x.data() + t * cols, r);
-              ASSERT_NEAR(y[i], ref[i], 1e-5 * mag) << "t " << t << " r " << r;
-              // Quantizing x to 8 bits moves the result by well under 1% of the magnitude.
-              ASSERT_NEAR(y[i], fref[i], 1e-2 * mag) << "t " << t << " r " << r;
-            }
+          // Quantizing x to 8 bits moves the result by well under 1% of the magnitude.
+          expect_int_path_near(c, x, n, rows, y, ref, fref, 1e-2);
         });
       }
   // This machine class (x86-64 with AVX2) always has an int8 kernel for 4-bit.
@@ -321,13 +329,7 @@ TEST(PackedMatmul, AmxEqualsItsScalarReference) {
           packed_matmul_ref(c.m, x.data(), n, fref.data(), rows, 0, rows);
           packed_matmul_amx(c.m, xt, y.data(), rows, 0, 16);
           packed_matmul_amx(c.m, xt, y.data(), rows, 16, rows);
-          for (int64_t t = 0; t < n; ++t)
-            for (int64_t r = 0; r < rows; ++r) {
-              const size_t i = static_cast<size_t>(t * rows + r);
-              const double mag = magnitude(c, x.data() + t * cols, r);
-              ASSERT_NEAR(y[i], ref[i], 1e-5 * mag) << "t " << t << " r " << r;
-              ASSERT_NEAR(y[i], fref[i], 1e-3 * mag) << "t " << t << " r " << r;
-            }
+          expect_int_path_near(c, x, n, rows, y, ref, fref, 1e-3);
         }
       }
 }
