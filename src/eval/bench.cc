@@ -53,7 +53,7 @@ double measure_read_bandwidth(int threads, uint64_t bytes) {
     for (int i = 0; i < threads; ++i)
       ts.emplace_back([&, i] {
         const size_t b = n * i / threads, e = n * (i + 1) / threads;
-        sink[static_cast<size_t>(i)] += dot_f32(buf.data() + b, buf.data() + b, int64_t(e - b));
+        sink[static_cast<size_t>(i)] += stream_sum_f32(buf.data() + b, int64_t(e - b));
       });
     for (auto& t : ts) t.join();
   };

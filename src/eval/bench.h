@@ -46,7 +46,8 @@ Result<BenchResult> run_bench(const Transformer& t, const BenchOptions& o,
                               std::function<void(int64_t, int64_t)> progress = nullptr);
 
 // Bytes per second of `threads` threads summing disjoint parts of a buffer of `bytes` (larger
-// than the last-level cache), after one untimed pass that faults the pages in.
+// than the last-level cache) as streams with software prefetch, as the decode kernels read
+// weights; best of three passes after one untimed pass that faults the pages in.
 double measure_read_bandwidth(int threads, uint64_t bytes = uint64_t{1} << 30);
 
 // The process's peak resident set (VmHWM), in bytes; 0 when unknown.

@@ -1,6 +1,7 @@
 // Attention over the fast runtime's KV cache (decode: attend_partial; prefill: attend_block) with
 // f32 and f16 elements, and the f16 conversions, on every compiled SIMD target against a
-// double-precision softmax-weighted sum of the same (rounded) keys and values.
+// double-precision softmax-weighted sum of the same (rounded) keys and values; the SiLU product and
+// the streaming sum against scalar code.
 #include "kernels/vec_ops.h"
 
 #include <gtest/gtest.h>
@@ -187,6 +188,25 @@ TEST(SiluMul, EqualsTheScalarReferenceOnEveryTarget) {
     silu_mul_simd(got.data(), u.data(), static_cast<int64_t>(got.size()));
     for (size_t i = 0; i < g.size(); ++i)
       ASSERT_NEAR(got[i], want[i], 1e-6f * std::fabs(want[i]) + 1e-30f) << "x " << g[i];
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+// The bandwidth measure's read: Σx over lengths below, at and past its 8 KB prefetch lead and
+// with tails, on every target, against a double sum.
+TEST(StreamSum, EqualsTheSumOnEveryTarget) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> ud(0.0f, 1.0f);
+  std::vector<float> x(20011);
+  for (float& v : x) v = ud(rng);
+  for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(t);
+    SCOPED_TRACE(hwy::TargetName(t));
+    for (int64_t n : {0, 1, 15, 64, 2047, 2048, 2049, 2111, 20011}) {
+      double want = 0.0;
+      for (int64_t i = 0; i < n; ++i) want += x[static_cast<size_t>(i)];
+      ASSERT_NEAR(stream_sum_f32(x.data(), n), want, 1e-5 * want + 1e-6) << "n " << n;
+    }
   }
   hwy::SetSupportedTargetsForTest(0);
 }
