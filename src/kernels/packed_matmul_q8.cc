@@ -314,8 +314,13 @@ inline void RowsQ8(const PackedMatrix& w, const float* sc, const float* sb, cons
   else
     pf ? Q8Steps<R, false, true>(w, sc, q, rr, dv8, pf, u)
        : Q8Steps<R, false, false>(w, sc, q, rr, dv8, pf, u);
+  // Reduced in an unrolled loop: u[] indexed at run time would live on the stack, stored to at
+  // every step of the loop above.
+  float ys[R];
+#pragma GCC unroll 4
+  for (int i = 0; i < R; ++i) ys[i] = _mm512_reduce_add_ps(u[i]);
   for (int i = 0; i < R; ++i) {
-    float y = _mm512_reduce_add_ps(u[i]);
+    float y = ys[i];
     if (cols % 64 != 0) {
       const uint8_t* row = w.data + i * rb;
       const int64_t k0 = cols - 32;
