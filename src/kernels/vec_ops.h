@@ -17,6 +17,9 @@ float stream_sum_f32(const float* x, int64_t n);
 // gate[i] <- gate[i] / (1 + exp(-gate[i])) * up[i] (kernels/ops.h silu_mul), in vectors.
 void silu_mul_simd(float* gate, const float* up, int64_t n);
 
+// kernels/ops.h rms_norm (out may equal x), in vectors with an f32 sum of squares.
+void rms_norm_simd(const float* x, const float* w, int64_t rows, int64_t d, float eps, float* out);
+
 // f32 <-> f16 bits (round to nearest even), in vectors.
 void f32_to_f16_n(const float* x, int64_t n, uint16_t* out);
 void f16_to_f32_n(const uint16_t* x, int64_t n, float* out);

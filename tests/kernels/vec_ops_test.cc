@@ -192,6 +192,30 @@ TEST(SiluMul, EqualsTheScalarReferenceOnEveryTarget) {
   hwy::SetSupportedTargetsForTest(0);
 }
 
+TEST(RmsNorm, EqualsTheScalarReferenceOnEveryTarget) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> nd(0.0f, 3.0f);
+  for (int64_t d : {1, 15, 64, 576, 2048, 2049}) {
+    const int64_t rows = 3;
+    std::vector<float> x(static_cast<size_t>(rows * d)), w(static_cast<size_t>(d));
+    for (float& v : x) v = nd(rng);
+    for (float& v : w) v = nd(rng);
+    x[0] = 1e3f;  // an outlier feature
+    std::vector<float> want(x.size());
+    rms_norm(x.data(), w.data(), rows, d, 1e-6f, want.data());
+    for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
+      hwy::SetSupportedTargetsForTest(t);
+      SCOPED_TRACE(hwy::TargetName(t));
+      std::vector<float> got = x;  // in place, as the runtime calls it
+      rms_norm_simd(got.data(), w.data(), rows, d, 1e-6f, got.data());
+      for (size_t i = 0; i < x.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-5f * std::fabs(want[i]) + 1e-30f)
+            << "d " << d << " i " << i;
+    }
+    hwy::SetSupportedTargetsForTest(0);
+  }
+}
+
 // The bandwidth measure's read: Σx over lengths below, at and past its 8 KB prefetch lead and
 // with tails, on every target, against a double sum.
 TEST(StreamSum, EqualsTheSumOnEveryTarget) {
