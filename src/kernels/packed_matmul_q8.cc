@@ -289,7 +289,8 @@ inline void Q8Steps(const PackedMatrix& w, const float* sc, const int8_t* q, con
     for (int i = 0; i < R; ++i) {
       const __m512i v = _mm512_loadu_si512(w.data + i * rb + 64 * h);
       if constexpr (kPf) Prefetch(w.data + i * rb + 64 * h + pf);
-      // 256·Σcode·q + Σcode·r, the residual products accumulated onto the shifted sum.
+      // 256·Σcode·q + Σcode·r. Chaining the second product onto the shifted first, as the
+      // 4-bit kernel does, measured no different here (1B decode 16.5 vs 16.0 tok/s, noise).
       const __m512i a = _mm512_dpbusd_epi32(Zero512(), v, qv);
       const __m512i b = _mm512_dpbusd_epi32(Zero512(), v, rv);
       const __m512i acc = _mm512_add_epi32(_mm512_slli_epi32(a, 8), b);

@@ -46,12 +46,12 @@ float StreamSumImpl(const float* x, int64_t n) {
   constexpr int64_t kAhead = 8192 / sizeof(float);
   auto s0 = hn::Zero(df), s1 = s0, s2 = s0, s3 = s0;
   int64_t i = 0;
-  for (; i + 4 * N + kAhead <= n; i += 4 * N) {
-    for (int64_t k = 0; k < 4 * N; k += 64 / static_cast<int64_t>(sizeof(float))) {
+  for (; i + 4 * N <= n; i += 4 * N) {
 #if HWY_ARCH_X86
-      asm volatile("prefetcht0 %0" : : "m"(x[i + kAhead + k]));
+    if (i + kAhead + 4 * N <= n)  // requests stay inside the buffer
+      for (int64_t k = 0; k < 4 * N; k += 64 / static_cast<int64_t>(sizeof(float)))
+        asm volatile("prefetcht0 %0" : : "m"(x[i + kAhead + k]));
 #endif
-    }
     s0 = hn::Add(s0, hn::LoadU(df, x + i));
     s1 = hn::Add(s1, hn::LoadU(df, x + i + N));
     s2 = hn::Add(s2, hn::LoadU(df, x + i + 2 * N));
