@@ -94,6 +94,9 @@ struct FastModel::Impl {
   // tok/s), else 1 (weights stream from DRAM, best as one sequential run per thread: Llama-1B
   // decode lost ~14% with 4).
   int slices_per_thread = 1;
+  // The weights stream from DRAM (larger than the last-level cache): the integer kernels then
+  // read each thread's rows from several parts of its range at once (packed_matmul_q8).
+  bool streamed = false;
 
   // Scratch reused across calls (forward is one call at a time: the mutex).
   mutable std::mutex mu;
@@ -222,7 +225,7 @@ void FastModel::Impl::run(std::initializer_list<MatJob> jobs, const float* xin, 
   if (q8) quantize_act_q8(xin, n, jobs.begin()->w->cols, &xq);
   split_rows(jobs, n, 8, [&](const MatJob& j, int64_t lo, int64_t hi) {
     if (q8 && packed_q8_supported(*j.w))
-      packed_matmul_q8(*j.w, xq, j.y, j.ldy, lo, hi);
+      packed_matmul_q8(*j.w, xq, j.y, j.ldy, lo, hi, streamed);
     else
       packed_matmul(*j.w, xin, n, j.y, j.ldy, lo, hi);
   });
@@ -467,8 +470,8 @@ Result<std::unique_ptr<FastModel>> FastModel::load(const ModelSource& src,
   }
   if (!has_head) m.lm_head = m.embed;
   const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  m.slices_per_thread =
-      fm->bytes_per_token() < static_cast<uint64_t>(llc > 0 ? llc : 32 << 20) ? 4 : 1;
+  m.streamed = fm->bytes_per_token() >= static_cast<uint64_t>(llc > 0 ? llc : 32 << 20);
+  m.slices_per_thread = m.streamed ? 1 : 4;
   return fm;
 }
 

@@ -215,12 +215,15 @@ TEST(PackedMatmul, EveryTargetEqualsTheScalarReference) {
 }
 
 TEST(PackedMatmul, Int8ActivationsEqualTheirScalarReference) {
-  const int64_t rows = 21;  // split 0..4, 4..21: strips of 8 (4-bit: 8 rows per step), 4, 1
+  // Split 0..4, 4..21: strips of 8 (4-bit: 8 rows per step), 4, 1. Streamed, 576 and 2048
+  // columns take a strip's rows from 2 and 4 parts of 4..21 (A adjacent rows each), the rest
+  // in adjacent strips.
+  const int64_t rows = 21;
   uint32_t seed = 100;
   int checked = 0;
   for (int bits : {4, 8})
     for (int g : {32, 64, 128})
-      for (int64_t cols : {int64_t{160}, int64_t{384}, int64_t{576}}) {
+      for (int64_t cols : {int64_t{160}, int64_t{384}, int64_t{576}, int64_t{2048}}) {
         if (cols % g != 0) continue;
         const DType sdt = cols == 576 ? DType::kF32 : DType::kBF16;
         Case c = make_case(WeightFormat::kAffine, bits, g, sdt, rows, cols, seed++);
@@ -235,11 +238,14 @@ TEST(PackedMatmul, Int8ActivationsEqualTheirScalarReference) {
         for_each_target([&] {
           if (!packed_q8_supported(c.m)) return;
           ++checked;
-          std::vector<float> y(ref.size(), NAN);
-          packed_matmul_q8(c.m, xq, y.data(), rows, 0, 4);
-          packed_matmul_q8(c.m, xq, y.data(), rows, 4, rows);
-          // Quantizing x to 8 bits moves the result by well under 1% of the magnitude.
-          expect_int_path_near(c, x, n, rows, y, ref, fref, 1e-2);
+          for (bool streamed : {false, true}) {
+            SCOPED_TRACE(streamed ? "streamed" : "adjacent strips");
+            std::vector<float> y(ref.size(), NAN);
+            packed_matmul_q8(c.m, xq, y.data(), rows, 0, 4, streamed);
+            packed_matmul_q8(c.m, xq, y.data(), rows, 4, rows, streamed);
+            // Quantizing x to 8 bits moves the result by well under 1% of the magnitude.
+            expect_int_path_near(c, x, n, rows, y, ref, fref, 1e-2);
+          }
         });
       }
   // This machine class (x86-64 with AVX2) always has an int8 kernel for 4-bit.
