@@ -4,6 +4,7 @@
 // Scalar reference: packed_matmul_q8_ref (kernels/packed_ref.cc).
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/packed_matmul.h"
@@ -107,6 +108,31 @@ inline float DotF(const float* a, const float* b, int64_t n) {
   return hn::GetLane(hn::SumOfLanes(df, acc));
 }
 
+// f32 and bf16 scales and biases are read where they lie (S = float, or uint16_t for bf16
+// bits); f16 ones are converted to f32 per strip first.
+inline float ScaleAt(const float* p, int64_t g) { return p[g]; }
+inline float ScaleAt(const uint16_t* p, int64_t g) {
+  const uint32_t bits = uint32_t{p[g]} << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+// Σ bf16 a[i] · b[i] (the bias terms of bf16 biases), in vectors with a scalar tail.
+inline float DotF(const uint16_t* a, const float* b, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<hwy::bfloat16_t, decltype(df)> dh;
+  const auto* p = reinterpret_cast<const hwy::bfloat16_t*>(a);
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  auto acc = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + N <= n; i += N)
+    acc = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, p + i)), hn::LoadU(df, b + i), acc);
+  float sum = hn::GetLane(hn::SumOfLanes(df, acc));
+  for (; i < n; ++i) sum += ScaleAt(a, i) * b[i];
+  return sum;
+}
+
 // The scales and biases of rows [r, r + n) as f32 (contiguous in the checkpoint: one pass).
 inline void StripScales(const PackedMatrix& w, int64_t r, int64_t n, float* sc, float* sb) {
   const int64_t G = w.groups();
@@ -155,9 +181,11 @@ inline __m256i Dot64(const uint8_t* p, const int8_t* ql, const int8_t* qh, const
 }
 
 // The scales of 64-code half h as 8 lanes (4 per 32-block).
-inline __m256 HalfScales(const float* sc, int64_t h, int group, int gshift) {
-  if (group == 32) return _mm256_setr_m128(_mm_set1_ps(sc[2 * h]), _mm_set1_ps(sc[2 * h + 1]));
-  return _mm256_set1_ps(sc[h >> gshift]);
+template <typename S>
+inline __m256 HalfScales(const S* sc, int64_t h, int group, int gshift) {
+  if (group == 32)
+    return _mm256_setr_m128(_mm_set1_ps(ScaleAt(sc, 2 * h)), _mm_set1_ps(ScaleAt(sc, 2 * h + 1)));
+  return _mm256_set1_ps(ScaleAt(sc, h >> gshift));
 }
 
 #if HWY_TARGET != HWY_AVX2
@@ -169,20 +197,43 @@ inline __m512i Zero512() {
   return z;
 }
 
+// bf16 scales in x's low words to f32 lanes in one permutation: word idx[2j+1] into the high
+// half of lane j, the low halves zeroed.
+inline __m512 BfLanes(__m512i idx, __m128i x) {
+  return _mm512_castsi512_ps(
+      _mm512_maskz_permutexvar_epi16(0xAAAAAAAAu, idx, _mm512_castsi128_si512(x)));
+}
+inline __m128i Load2Bf(const uint16_t* p) {  // exactly 4 bytes
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm_cvtsi32_si128(static_cast<int>(v));
+}
+// Word indices for BfLanes: lanes 0-7 from scale 0 and 8-15 from scale 1 (g64), or lane j from
+// scale j/4 (g32).
+inline __m512i BfIdx64() {
+  return _mm512_set_epi16(1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                          0, 0, 0, 0, 0, 0, 0);
+}
+inline __m512i BfIdx32() {
+  return _mm512_set_epi16(3, 0, 3, 0, 3, 0, 3, 0, 2, 0, 2, 0, 2, 0, 2, 0, 1, 0, 1, 0, 1, 0, 1, 0, 0,
+                          0, 0, 0, 0, 0, 0, 0);
+}
+
 // The 128-code chunks of R rows (AVX-512): u[i] gets row i's Σ per lane. kG: the group size when
 // 32 or 64, else 0 (one scale per chunk). kPf: each load requests the same line pf bytes (whole
 // rows) further on, so every line is requested one row group ahead. A linear stream over the
 // next group's bytes instead gave its last rows' first lines a fraction of that lead (8-bit
 // Llama-1B decode 17.7 -> 16.0 tok/s).
-template <int R, int kG, bool kPf>
-inline void Q4Chunks(const PackedMatrix& w, const uint8_t* const* rp, const float* sc,
+template <int R, int kG, bool kPf, typename S>
+inline void Q4Chunks(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
                      const int8_t* q4, const int8_t* r4, const float* dv, int64_t pf, __m512* u) {
-  const int64_t full = w.cols / 128, G = w.groups();
+  const int64_t full = w.cols / 128;
   const int cshift = w.group >= 128 ? Log2(w.group / 128) : 0;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
   // Lane i of a 128-chunk covers 32-block i/4: scales per lane by a permutation of 4 floats.
   const __m512i idx32 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   const __m512i idx64 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const __m512i bidx32 = BfIdx32(), bidx64 = BfIdx64();
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) u[i] = _mm512_setzero_ps();
   for (int64_t c = 0; c < full; ++c) {
@@ -203,14 +254,18 @@ inline void Q4Chunks(const PackedMatrix& w, const uint8_t* const* rp, const floa
       acc = _mm512_slli_epi32(DotU8S8(acc, hi, qh), 8);
       acc = DotU8S8(acc, lo, rl);
       acc = DotU8S8(acc, hi, rh);
-      const float* si = sc + i * G;
+      const S* si = sp[i];
       __m512 sv;
-      if constexpr (kG == 32)
+      if constexpr (kG == 0)
+        sv = _mm512_set1_ps(ScaleAt(si, c >> cshift));
+      else if constexpr (!std::is_same_v<S, float>)
+        sv = kG == 32
+                 ? BfLanes(bidx32, _mm_loadl_epi64(reinterpret_cast<const __m128i*>(si + 4 * c)))
+                 : BfLanes(bidx64, Load2Bf(si + 2 * c));
+      else if constexpr (kG == 32)
         sv = _mm512_permutexvar_ps(idx32, _mm512_castps128_ps512(_mm_loadu_ps(si + 4 * c)));
-      else if constexpr (kG == 64)
-        sv = _mm512_permutexvar_ps(idx64, _mm512_castps128_ps512(Load2(si + 2 * c)));
       else
-        sv = _mm512_set1_ps(si[c >> cshift]);
+        sv = _mm512_permutexvar_ps(idx64, _mm512_castps128_ps512(Load2(si + 2 * c)));
       u[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(dvc, sv), u[i]);
     }
   }
@@ -220,9 +275,9 @@ inline void Q4Chunks(const PackedMatrix& w, const uint8_t* const* rp, const floa
 // y of R consecutive rows (codes from w.data; scales and biases at sc/sb, G per row) for one
 // token of 4-bit codes (see ActQ8::q4 for the activation order). R rows share every load of
 // the activations; pf > 0 prefetches the codes that many bytes ahead.
-template <int R>
-inline void RowsQ4(const PackedMatrix& w, const uint8_t* const* rp, const float* sc,
-                   const float* sb, const int8_t* q4, const int8_t* r4, const int8_t* q,
+template <int R, typename S>
+inline void RowsQ4(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
+                   const S* const* bp, const int8_t* q4, const int8_t* r4, const int8_t* q,
                    const int8_t* rr, const float* d, const float* dv, const float* gsum, float* out,
                    int64_t pf) {
   const int64_t cols = w.cols, full = cols / 128, halves = cols / 64, G = w.groups();
@@ -234,14 +289,14 @@ inline void RowsQ4(const PackedMatrix& w, const uint8_t* const* rp, const float*
   {
     __m512 u[R];
     if (w.group == 32)
-      pf ? Q4Chunks<R, 32, true>(w, rp, sc, q4, r4, dv, pf, u)
-         : Q4Chunks<R, 32, false>(w, rp, sc, q4, r4, dv, pf, u);
+      pf ? Q4Chunks<R, 32, true>(w, rp, sp, q4, r4, dv, pf, u)
+         : Q4Chunks<R, 32, false>(w, rp, sp, q4, r4, dv, pf, u);
     else if (w.group == 64)
-      pf ? Q4Chunks<R, 64, true>(w, rp, sc, q4, r4, dv, pf, u)
-         : Q4Chunks<R, 64, false>(w, rp, sc, q4, r4, dv, pf, u);
+      pf ? Q4Chunks<R, 64, true>(w, rp, sp, q4, r4, dv, pf, u)
+         : Q4Chunks<R, 64, false>(w, rp, sp, q4, r4, dv, pf, u);
     else
-      pf ? Q4Chunks<R, 0, true>(w, rp, sc, q4, r4, dv, pf, u)
-         : Q4Chunks<R, 0, false>(w, rp, sc, q4, r4, dv, pf, u);
+      pf ? Q4Chunks<R, 0, true>(w, rp, sp, q4, r4, dv, pf, u)
+         : Q4Chunks<R, 0, false>(w, rp, sp, q4, r4, dv, pf, u);
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i)
       t[i] = _mm256_add_ps(_mm512_castps512_ps256(u[i]), _mm512_extractf32x8_ps(u[i], 1));
@@ -255,7 +310,7 @@ inline void RowsQ4(const PackedMatrix& w, const uint8_t* const* rp, const float*
     for (int i = 0; i < R; ++i) {
       if (pf && h % 2 == 0) Prefetch(rp[i] + 32 * h + pf);
       const __m256i acc = Dot64(rp[i] + 32 * h, q4 + o, q4 + oh, r4 + o, r4 + oh);
-      const __m256 f = _mm256_mul_ps(dvh, HalfScales(sc + i * G, h, w.group, gshift));
+      const __m256 f = _mm256_mul_ps(dvh, HalfScales(sp[i], h, w.group, gshift));
       t[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), f, t[i]);
     }
   }
@@ -267,20 +322,21 @@ inline void RowsQ4(const PackedMatrix& w, const uint8_t* const* rp, const float*
       int32_t isum = 0;
       for (int64_t k = k0; k < cols; ++k)
         isum += ((row[k / 2] >> (4 * (k & 1))) & 0xF) * (256 * q[k] + rr[k]);
-      y += sc[i * G + k0 / w.group] * (d[cols / 32 - 1] / 256.0f) * static_cast<float>(isum);
+      y += ScaleAt(sp[i], k0 / w.group) * (d[cols / 32 - 1] / 256.0f) * static_cast<float>(isum);
     }
-    out[i] = y + DotF(sb + i * G, gsum, G);
+    out[i] = y + DotF(bp[i], gsum, G);
   }
 }
 
 #if HWY_TARGET == HWY_AVX3_DL
 // 8-bit codes (VNNI), R consecutive rows: 64 codes per step, lanes 0-7 on one 32-block and 8-15
 // on the next. kG32: groups of 32 (else one scale per step); kPf as in Q4Chunks.
-template <int R, bool kG32, bool kPf>
-inline void Q8Steps(const PackedMatrix& w, const uint8_t* const* rp, const float* sc,
+template <int R, bool kG32, bool kPf, typename S>
+inline void Q8Steps(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
                     const int8_t* q, const int8_t* rr, const float* dv8, int64_t pf, __m512* u) {
-  const int64_t steps = w.cols / 64, G = w.groups();
+  const int64_t steps = w.cols / 64;
   const __m512i idx64 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const __m512i bidx64 = BfIdx64();
   const int gshift = w.group >= 64 ? Log2(w.group / 64) : 0;
 #pragma GCC unroll 4
   for (int i = 0; i < R; ++i) u[i] = _mm512_setzero_ps();
@@ -296,27 +352,31 @@ inline void Q8Steps(const PackedMatrix& w, const uint8_t* const* rp, const float
       const __m512i a = _mm512_dpbusd_epi32(Zero512(), v, qv);
       const __m512i b = _mm512_dpbusd_epi32(Zero512(), v, rv);
       const __m512i acc = _mm512_add_epi32(_mm512_slli_epi32(a, 8), b);
-      const float* si = sc + i * G;
-      const __m512 sv =
-          kG32 ? _mm512_permutexvar_ps(idx64, _mm512_castps128_ps512(Load2(si + 2 * h)))
-               : _mm512_set1_ps(si[h >> gshift]);
+      const S* si = sp[i];
+      __m512 sv;
+      if constexpr (!kG32)
+        sv = _mm512_set1_ps(ScaleAt(si, h >> gshift));
+      else if constexpr (std::is_same_v<S, float>)
+        sv = _mm512_permutexvar_ps(idx64, _mm512_castps128_ps512(Load2(si + 2 * h)));
+      else
+        sv = BfLanes(bidx64, Load2Bf(si + 2 * h));
       u[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(dvh, sv), u[i]);
     }
   }
 }
 
-template <int R>
-inline void RowsQ8(const PackedMatrix& w, const uint8_t* const* rp, const float* sc,
-                   const float* sb, const int8_t* q, const int8_t* rr, const float* d,
+template <int R, typename S>
+inline void RowsQ8(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
+                   const S* const* bp, const int8_t* q, const int8_t* rr, const float* d,
                    const float* dv8, const float* gsum, float* out, int64_t pf) {
   const int64_t cols = w.cols, G = w.groups();
   __m512 u[R];
   if (w.group == 32)
-    pf ? Q8Steps<R, true, true>(w, rp, sc, q, rr, dv8, pf, u)
-       : Q8Steps<R, true, false>(w, rp, sc, q, rr, dv8, pf, u);
+    pf ? Q8Steps<R, true, true>(w, rp, sp, q, rr, dv8, pf, u)
+       : Q8Steps<R, true, false>(w, rp, sp, q, rr, dv8, pf, u);
   else
-    pf ? Q8Steps<R, false, true>(w, rp, sc, q, rr, dv8, pf, u)
-       : Q8Steps<R, false, false>(w, rp, sc, q, rr, dv8, pf, u);
+    pf ? Q8Steps<R, false, true>(w, rp, sp, q, rr, dv8, pf, u)
+       : Q8Steps<R, false, false>(w, rp, sp, q, rr, dv8, pf, u);
   // Reduced in an unrolled loop: u[] indexed at run time would live on the stack, stored to at
   // every step of the loop above.
   float ys[R];
@@ -333,9 +393,10 @@ inline void RowsQ8(const PackedMatrix& w, const uint8_t* const* rp, const float*
       const __m256i a = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ld(row + k0), ld(q + k0));
       const __m256i b = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ld(row + k0), ld(rr + k0));
       const __m256i acc = _mm256_add_epi32(_mm256_slli_epi32(a, 8), b);
-      y += sc[i * G + k0 / w.group] * (d[cols / 32 - 1] / 256.0f) * HSum(_mm256_cvtepi32_ps(acc));
+      y += ScaleAt(sp[i], k0 / w.group) * (d[cols / 32 - 1] / 256.0f) *
+           HSum(_mm256_cvtepi32_ps(acc));
     }
-    out[i] = y + DotF(sb + i * G, gsum, G);
+    out[i] = y + DotF(bp[i], gsum, G);
   }
 }
 #endif
@@ -433,6 +494,10 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
       const int64_t rs = tail + (k - part / A) * R;
       seg0[nseg] = rs, seg_n[nseg++] = std::min<int64_t>(R, r1 - rs);
     }
+    // f32 and bf16 scales are read where they lie (bf16 widened by the kernels' permutation:
+    // converting each strip's cost Llama-1B decode ~4-7%, bench/ab.sh), f16 ones converted here.
+    const bool bf16 = w.scale_dtype == DType::kBF16;
+    const bool direct = bf16 || w.scale_dtype == DType::kF32;
     for (int s = 0; s < nseg; ++s) {
       const int64_t ahead = seg0[s] + pf_rows;
       if (ahead < w.rows) {
@@ -442,11 +507,25 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
           Prefetch(w.biases + o);
         }
       }
-      StripScales(w, seg0[s], seg_n[s], sc.data() + m * G, sb.data() + m * G);
+      if (!direct) StripScales(w, seg0[s], seg_n[s], sc.data() + m * G, sb.data() + m * G);
       for (int64_t i = 0; i < seg_n[s]; ++i) idx[m++] = seg0[s] + i;
     }
     const uint8_t* rp[8];
-    for (int i = 0; i < m; ++i) rp[i] = w.data + idx[i] * rb;
+    const float *spf[8], *bpf[8];
+    const uint16_t *sph[8], *bph[8];
+    for (int i = 0; i < m; ++i) {
+      rp[i] = w.data + idx[i] * rb;
+      if (bf16) {
+        sph[i] = reinterpret_cast<const uint16_t*>(w.scales) + idx[i] * G;
+        bph[i] = reinterpret_cast<const uint16_t*>(w.biases) + idx[i] * G;
+      } else if (direct) {
+        spf[i] = reinterpret_cast<const float*>(w.scales) + idx[i] * G;
+        bpf[i] = reinterpret_cast<const float*>(w.biases) + idx[i] * G;
+      } else {
+        spf[i] = sc.data() + i * G;
+        bpf[i] = sb.data() + i * G;
+      }
+    }
     for (int64_t t = 0; t < xq.n; ++t) {
       const int8_t* q = xq.q.data() + t * cols;
       const int8_t* rr = xq.r.data() + t * cols;
@@ -461,17 +540,21 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
       auto rows = [&]<int kR>(int j) {
         const int64_t pf = t == 0 ? pf_bytes : 0;  // the strip's first pass over its rows
         float out[kR];
-        const float* rsc = sc.data() + j * G;
-        const float* rsb = sb.data() + j * G;
-        if (w.bits == 4) {
-          RowsQ4<kR>(w, rp + j, rsc, rsb, q4, r4, q, rr, d, dv, gs, out, pf);
-        } else {
+        auto run = [&](auto sp, auto bp) {
+          if (w.bits == 4) {
+            RowsQ4<kR>(w, rp + j, sp + j, bp + j, q4, r4, q, rr, d, dv, gs, out, pf);
+          } else {
 #if HWY_TARGET == HWY_AVX3_DL
-          RowsQ8<kR>(w, rp + j, rsc, rsb, q, rr, d, dv8, gs, out, pf);
+            RowsQ8<kR>(w, rp + j, sp + j, bp + j, q, rr, d, dv8, gs, out, pf);
 #else
-          (void)dv8;  // unreachable: SupportedImpl
+            (void)dv8;  // unreachable: SupportedImpl
 #endif
-        }
+          }
+        };
+        if (bf16)
+          run(static_cast<const uint16_t* const*>(sph), static_cast<const uint16_t* const*>(bph));
+        else
+          run(static_cast<const float* const*>(spf), static_cast<const float* const*>(bpf));
         for (int i = 0; i < kR; ++i) yt[idx[j + i]] = out[i];
       };
       int j = 0;

@@ -223,31 +223,32 @@ TEST(PackedMatmul, Int8ActivationsEqualTheirScalarReference) {
   int checked = 0;
   for (int bits : {4, 8})
     for (int g : {32, 64, 128})
-      for (int64_t cols : {int64_t{160}, int64_t{384}, int64_t{576}, int64_t{2048}}) {
-        if (cols % g != 0) continue;
-        const DType sdt = cols == 576 ? DType::kF32 : DType::kBF16;
-        Case c = make_case(WeightFormat::kAffine, bits, g, sdt, rows, cols, seed++);
-        SCOPED_TRACE(weight_format_str(c.m) + " cols " + std::to_string(cols));
-        const int64_t n = 5;
-        std::vector<float> x = random_x(n, cols, seed++);
-        ActQ8 xq;
-        quantize_act_q8(x.data(), n, cols, &xq);
-        std::vector<float> ref(static_cast<size_t>(n * rows)), fref(ref.size());
-        packed_matmul_q8_ref(c.m, xq, ref.data(), rows, 0, rows);
-        packed_matmul_ref(c.m, x.data(), n, fref.data(), rows, 0, rows);
-        for_each_target([&] {
-          if (!packed_q8_supported(c.m)) return;
-          ++checked;
-          for (bool streamed : {false, true}) {
-            SCOPED_TRACE(streamed ? "streamed" : "adjacent strips");
-            std::vector<float> y(ref.size(), NAN);
-            packed_matmul_q8(c.m, xq, y.data(), rows, 0, 4, streamed);
-            packed_matmul_q8(c.m, xq, y.data(), rows, 4, rows, streamed);
-            // Quantizing x to 8 bits moves the result by well under 1% of the magnitude.
-            expect_int_path_near(c, x, n, rows, y, ref, fref, 1e-2);
-          }
-        });
-      }
+      for (int64_t cols : {int64_t{160}, int64_t{384}, int64_t{576}, int64_t{2048}})
+        for (DType sdt : {DType::kBF16, DType::kF32, DType::kF16}) {  // read in place / converted
+          if (cols % g != 0) continue;
+          Case c = make_case(WeightFormat::kAffine, bits, g, sdt, rows, cols, seed++);
+          SCOPED_TRACE(weight_format_str(c.m) + " cols " + std::to_string(cols) + " scale dtype " +
+                       std::to_string(static_cast<int>(sdt)));
+          const int64_t n = 5;
+          std::vector<float> x = random_x(n, cols, seed++);
+          ActQ8 xq;
+          quantize_act_q8(x.data(), n, cols, &xq);
+          std::vector<float> ref(static_cast<size_t>(n * rows)), fref(ref.size());
+          packed_matmul_q8_ref(c.m, xq, ref.data(), rows, 0, rows);
+          packed_matmul_ref(c.m, x.data(), n, fref.data(), rows, 0, rows);
+          for_each_target([&] {
+            if (!packed_q8_supported(c.m)) return;
+            ++checked;
+            for (bool streamed : {false, true}) {
+              SCOPED_TRACE(streamed ? "streamed" : "adjacent strips");
+              std::vector<float> y(ref.size(), NAN);
+              packed_matmul_q8(c.m, xq, y.data(), rows, 0, 4, streamed);
+              packed_matmul_q8(c.m, xq, y.data(), rows, 4, rows, streamed);
+              // Quantizing x to 8 bits moves the result by well under 1% of the magnitude.
+              expect_int_path_near(c, x, n, rows, y, ref, fref, 1e-2);
+            }
+          });
+        }
   // This machine class (x86-64 with AVX2) always has an int8 kernel for 4-bit.
   std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
   bool x86_simd = false;
