@@ -216,8 +216,8 @@ TEST(RmsNorm, EqualsTheScalarReferenceOnEveryTarget) {
   }
 }
 
-// The bandwidth measure's read: Σx over lengths below, at and past its 8 KB prefetch lead and
-// with tails, on every target, against a double sum.
+// The bandwidth measure's read: Σx over lengths below, at and past its four parts and 8 KB
+// prefetch lead, with tails, on every target, against a double sum.
 TEST(StreamSum, EqualsTheSumOnEveryTarget) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> ud(0.0f, 1.0f);
@@ -226,7 +226,7 @@ TEST(StreamSum, EqualsTheSumOnEveryTarget) {
   for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(t);
     SCOPED_TRACE(hwy::TargetName(t));
-    for (int64_t n : {0, 1, 15, 64, 2047, 2048, 2049, 2111, 20011}) {
+    for (int64_t n : {0, 1, 15, 64, 127, 128, 129, 2047, 2048, 2049, 2111, 8192, 20011}) {
       double want = 0.0;
       for (int64_t i = 0; i < n; ++i) want += x[static_cast<size_t>(i)];
       ASSERT_NEAR(stream_sum_f32(x.data(), n), want, 1e-5 * want + 1e-6) << "n " << n;
