@@ -272,8 +272,8 @@ inline void Q4Chunks(const PackedMatrix& w, const uint8_t* const* rp, const S* c
 }
 #endif
 
-// y of R consecutive rows (codes from w.data; scales and biases at sc/sb, G per row) for one
-// token of 4-bit codes (see ActQ8::q4 for the activation order). R rows share every load of
+// y of R rows (codes at rp[i]; scales and biases at sp[i]/bp[i], G per row, f32 or bf16) for
+// one token of 4-bit codes (see ActQ8::q4 for the activation order). R rows share every load of
 // the activations; pf > 0 prefetches the codes that many bytes ahead.
 template <int R, typename S>
 inline void RowsQ4(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
@@ -329,8 +329,8 @@ inline void RowsQ4(const PackedMatrix& w, const uint8_t* const* rp, const S* con
 }
 
 #if HWY_TARGET == HWY_AVX3_DL
-// 8-bit codes (VNNI), R consecutive rows: 64 codes per step, lanes 0-7 on one 32-block and 8-15
-// on the next. kG32: groups of 32 (else one scale per step); kPf as in Q4Chunks.
+// 8-bit codes (VNNI), R rows (at rp[i], scales at sp[i]): 64 codes per step, lanes 0-7 on one
+// 32-block and 8-15 on the next. kG32: groups of 32 (else one scale per step); kPf as in Q4Chunks.
 template <int R, bool kG32, bool kPf, typename S>
 inline void Q8Steps(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
                     const int8_t* q, const int8_t* rr, const float* dv8, int64_t pf, __m512* u) {

@@ -91,7 +91,7 @@ struct FastModel::Impl {
   std::unique_ptr<ThreadPool> pool;
   // Row slices per thread of a product: 4 when the weights fit the last-level cache (short
   // loops; a thread that starts late hands work to the other: SmolLM2 4-bit decode ~170 -> ~210
-  // tok/s), else 1 (weights stream from DRAM, best as one sequential run per thread: Llama-1B
+  // tok/s), else 1 (weights stream from DRAM, best as one contiguous range per thread: Llama-1B
   // decode lost ~14% with 4).
   int slices_per_thread = 1;
   // The weights stream from DRAM (larger than the last-level cache): the integer kernels then
