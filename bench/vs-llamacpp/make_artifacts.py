@@ -3,8 +3,8 @@
 
 SmolLM2-135M (from the cache's GGUF Q4_1):
   smollm2-f32/        `tq import` of the GGUF (dequantized source)
-  smollm2-q4g64/      stock mlx-lm convert, 4-bit g64 (pair: the GGUF Q4_1 itself)
-  smollm2-q8g64/      stock mlx-lm convert, 8-bit g64 (pair: smollm2-Q8_0.gguf)
+  smollm2-q4g64/      stock mlx-lm convert, 4-bit g64, bf16 (4.5 bpw; pair: the GGUF Q4_1 itself)
+  smollm2-q8g64/      stock mlx-lm convert, 8-bit g64, bf16 (8.5 bpw; pair: smollm2-Q8_0.gguf)
   smollm2-Q8_0.gguf   the GGUF's metadata, every Q4_1 matrix dequantized and re-quantized to Q8_0
 Llama-3.2-1B geometry, seeded random weights (speed does not depend on the values):
   llama1b-q4g64/, llama1b-q8g64/        MLX affine, bf16 scales/biases, tied embedding
@@ -15,6 +15,7 @@ Usage: make_artifacts.py [--only smol|1b]
 import argparse
 import json
 import os
+import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -63,6 +64,18 @@ def smol_q8_gguf(out):
     w.close()
 
 
+def scale_dtype(d):
+    """The dtype of the first quantized matrix's scales in an MLX directory (None if none)."""
+    for f in sorted(d.glob("*.safetensors")):
+        with open(f, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+        for name, t in header.items():
+            if name.endswith(".scales"):
+                return t["dtype"]
+    return None
+
+
 def smol():
     WORK.mkdir(parents=True, exist_ok=True)
     f32 = WORK / "smollm2-f32"
@@ -71,8 +84,13 @@ def smol():
     from mlx_lm import convert
     for bits in (4, 8):
         d = WORK / f"smollm2-q{bits}g64"
+        # bf16, as SmolLM2 ships: scales and biases in bf16 (4.5 / 8.5 bpw). An f32 convert (the
+        # dequantized source's dtype, 5.0 / 9.0 bpw, built before this) is replaced.
+        if d.exists() and scale_dtype(d) != "BF16":
+            shutil.rmtree(d)
         if not d.exists():
-            convert(hf_path=str(f32), mlx_path=str(d), quantize=True, q_bits=bits, q_group_size=64)
+            convert(hf_path=str(f32), mlx_path=str(d), quantize=True, q_bits=bits, q_group_size=64,
+                    dtype="bfloat16")
     if not (WORK / "smollm2-Q8_0.gguf").exists():
         smol_q8_gguf(WORK / "smollm2-Q8_0.gguf")
 

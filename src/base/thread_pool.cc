@@ -15,6 +15,8 @@ namespace {
 // About 50-100 µs of spinning: longer than the gap between two matmuls of a decode step,
 // short enough not to burn a core while the pool waits for the next request.
 constexpr int kSpins = 20000;
+// Slices per thread at most (claim_ has room for this many per thread).
+constexpr int kMaxPerThread = 16;
 }  // namespace
 
 int ThreadPool::hardware_threads() {
@@ -24,7 +26,10 @@ int ThreadPool::hardware_threads() {
 
 ThreadPool::ThreadPool(int threads) {
   if (threads <= 0) threads = hardware_threads();
-  for (int i = 1; i < threads; ++i) workers_.emplace_back([this] { worker(); });
+  const size_t cap = static_cast<size_t>(threads) * kMaxPerThread;
+  claim_ = std::make_unique<std::atomic<uint32_t>[]>(cap);
+  for (size_t i = 0; i < cap; ++i) claim_[i].store(0, std::memory_order_relaxed);
+  for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker(i); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -34,29 +39,44 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::drain(uint32_t gen) {
-  const uint32_t parts = parts_;
-  uint64_t t = ticket_.load(std::memory_order_acquire);
-  for (;;) {
-    const uint32_t idx = static_cast<uint32_t>(t);
-    if (static_cast<uint32_t>(t >> 32) != gen || idx >= parts) return;
-    if (!ticket_.compare_exchange_weak(t, t + 1, std::memory_order_acq_rel)) continue;
+int ThreadPool::slices(int64_t n, int64_t align, int per_thread) const {
+  const int64_t units = (n + std::max<int64_t>(align, 1) - 1) / std::max<int64_t>(align, 1);
+  return static_cast<int>(std::min<int64_t>(
+      units, static_cast<int64_t>(size()) * std::clamp(per_thread, 1, kMaxPerThread)));
+}
+
+std::pair<int64_t, int64_t> ThreadPool::slice_bounds(int64_t n, int64_t align, int slices, int i) {
+  align = std::max<int64_t>(align, 1);
+  const int64_t units = (n + align - 1) / align;
+  return {std::min(n, units * i / slices * align), std::min(n, units * (i + 1) / slices * align)};
+}
+
+void ThreadPool::wait_step(int self) {
+  IdleWork* w = idle_.load(std::memory_order_acquire);
+  if (w == nullptr || !w->step(self)) TQ_PAUSE();
+}
+
+void ThreadPool::drain(uint32_t gen, int self) {
+  const uint32_t parts = parts_, open = 2 * gen;
+  const uint32_t own = static_cast<uint32_t>(first_slice(self, static_cast<int>(parts)));
+  for (uint32_t k = 0; k < parts; ++k) {
+    const uint32_t idx = (own + k) % parts;
+    uint32_t v = claim_[idx].load(std::memory_order_acquire);
+    if (v != open || !claim_[idx].compare_exchange_strong(v, open + 1, std::memory_order_acq_rel))
+      continue;
     // The slice is ours: the loop's fields stay put until done_ counts it.
-    const int64_t units = (n_ + align_ - 1) / align_;
-    const int64_t b = std::min(n_, units * idx / parts * align_);
-    const int64_t e = std::min(n_, units * (idx + 1) / parts * align_);
+    const auto [b, e] = slice_bounds(n_, align_, static_cast<int>(parts), static_cast<int>(idx));
     if (b < e) (*fn_)(b, e);
     done_.fetch_add(1, std::memory_order_acq_rel);
-    t = ticket_.load(std::memory_order_acquire);
   }
 }
 
-void ThreadPool::worker() {
+void ThreadPool::worker(int self) {
   uint32_t seen = 0;
   for (;;) {
     uint32_t g = generation_.load(std::memory_order_acquire);
     for (int i = 0; g == seen && i < kSpins; ++i) {
-      TQ_PAUSE();
+      wait_step(self);
       g = generation_.load(std::memory_order_acquire);
     }
     while (g == seen) {
@@ -65,7 +85,7 @@ void ThreadPool::worker() {
     }
     seen = g;
     if (stop_.load()) return;
-    drain(g);
+    drain(g, self);
   }
 }
 
@@ -80,14 +100,13 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   fn_ = &fn;
   n_ = n;
   align_ = std::max<int64_t>(align, 1);
-  parts_ = static_cast<uint32_t>(std::min<int64_t>(
-      (n + align_ - 1) / align_, static_cast<int64_t>(size()) * std::max(per_thread, 1)));
+  parts_ = static_cast<uint32_t>(slices(n, align, per_thread));
   done_.store(0, std::memory_order_relaxed);
-  ticket_.store(static_cast<uint64_t>(gen) << 32, std::memory_order_release);
+  for (uint32_t i = 0; i < parts_; ++i) claim_[i].store(2 * gen, std::memory_order_relaxed);
   generation_.store(gen, std::memory_order_release);
   generation_.notify_all();
-  drain(gen);
-  while (done_.load(std::memory_order_acquire) != static_cast<int>(parts_)) TQ_PAUSE();
+  drain(gen, 0);
+  while (done_.load(std::memory_order_acquire) != static_cast<int>(parts_)) wait_step(0);
   fn_ = nullptr;
 }
 

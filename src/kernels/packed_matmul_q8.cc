@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/packed_matmul.h"
+#include "kernels/strip_plan.h"
 
 #ifndef HWY_WANT_AVX3_DL
 #define HWY_WANT_AVX3_DL
@@ -157,9 +158,6 @@ inline void Prefetch(const uint8_t* p) { asm volatile("prefetcht0 %0" : : "m"(*p
 inline int64_t PrefetchDistance(const PackedMatrix& w) {
   return std::max<int64_t>(4, 8192 / w.row_bytes()) * w.row_bytes();
 }
-
-// The most adjacent codes a strip takes from one part of a streamed range.
-constexpr int64_t kPartBytes = 2048;
 
 inline int Log2(int64_t v) { return 63 - __builtin_clzll(static_cast<uint64_t>(v)); }
 
@@ -470,30 +468,12 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
   // segment's as many rows ahead as the codes' prefetch, or each strip waits on their misses.
   const int64_t sbytes = G * static_cast<int64_t>(dtype_size(w.scale_dtype));
   const int64_t pf_rows = pf_bytes / rb;
-  // A strip of R rows stays in L1 while every token passes over it. Streamed from DRAM, it is
-  // one kernel step's rows (8 at 4-bit, 4 at 8-bit) from S equal parts of [r0, r1), A adjacent
-  // rows (at most kPartBytes of codes) from each: a core keeps more misses in flight over
-  // several distant streams than over one run of adjacent rows (Llama-1B 4-bit decode 20.4 ->
-  // 25.1 tok/s with four parts of two 1 KB rows; eight parts of one row ran ~10% slower).
-  const int R = w.bits == 4 || !streamed ? 8 : 4;
-  int A = R;
-  if (streamed) {
-    A = 1;
-    while (2 * A <= R && 2 * A * rb <= kPartBytes) A *= 2;
-  }
-  const int S = R / A;
-  const int64_t part = S > 1 ? (r1 - r0) / (S * A) * A : 0;  // rows per part (interleaved)
-  const int64_t tail = r0 + S * part;                        // the rest in strips of adjacent rows
-  const int64_t strips = part / A + (r1 - tail + R - 1) / R;
-  for (int64_t k = 0; k < strips; ++k) {
+  // A strip of R rows stays in L1 while every token passes over it (kernels/strip_plan.h).
+  const StripPlan plan(w, r0, r1, streamed);
+  for (int64_t k = 0; k < plan.strips; ++k) {
     int64_t seg0[8], seg_n[8], idx[8];
-    int nseg = 0, m = 0;
-    if (k < part / A) {
-      for (int s = 0; s < S; ++s) seg0[nseg] = r0 + s * part + k * A, seg_n[nseg++] = A;
-    } else {
-      const int64_t rs = tail + (k - part / A) * R;
-      seg0[nseg] = rs, seg_n[nseg++] = std::min<int64_t>(R, r1 - rs);
-    }
+    const int nseg = plan.segments(k, seg0, seg_n);
+    int m = 0;
     // f32 and bf16 scales are read where they lie (bf16 widened by the kernels' permutation:
     // converting each strip's cost Llama-1B decode ~4-7%, bench/ab.sh), f16 ones converted here.
     const bool bf16 = w.scale_dtype == DType::kBF16;

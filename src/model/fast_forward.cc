@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <deque>
 #include <limits>
 #include <mutex>
@@ -24,6 +25,7 @@
 #include "kernels/ops.h"
 #include "kernels/packed_matmul.h"
 #include "kernels/vec_ops.h"
+#include "model/read_ahead.h"
 #include "model/tensor_table.h"
 
 namespace tq {
@@ -88,6 +90,11 @@ struct FastModel::Impl {
   PackedMatrix embed, lm_head;           // lm_head = embed when tied
   std::vector<float> norm_final;
   std::vector<FastLayer> layers;
+  // Decode's products in order (per layer: q/k/v, o, gate/up, down; then the head) and what
+  // reads their rows ahead while pool threads wait. Declared before the pool: its threads
+  // call read_ahead until the pool is destroyed.
+  std::vector<ProductRows> products;
+  std::unique_ptr<ReadAhead> read_ahead;
   std::unique_ptr<ThreadPool> pool;
   // Row slices per thread of a product: 4 when the weights fit the last-level cache (short
   // loops; a thread that starts late hands work to the other: SmolLM2 4-bit decode ~170 -> ~210
@@ -472,6 +479,21 @@ Result<std::unique_ptr<FastModel>> FastModel::load(const ModelSource& src,
   const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
   m.streamed = fm->bytes_per_token() >= static_cast<uint64_t>(llc > 0 ? llc : 32 << 20);
   m.slices_per_thread = m.streamed ? 1 : 4;
+  for (const FastLayer& L : m.layers) {
+    m.products.push_back({{&L.q, &L.k, &L.v}, 3});
+    m.products.push_back({{&L.o}, 1});
+    m.products.push_back({{&L.gate, &L.up}, 2});
+    m.products.push_back({{&L.down}, 1});
+  }
+  m.products.push_back({{&m.lm_head}, 1});
+  // TQ_READ_AHEAD=bytes per thread and product (0: off), for A/B runs. 1 MB: half the L2 of
+  // this machine's cores, enough for the gaps of a decode step.
+  const char* ra = std::getenv("TQ_READ_AHEAD");
+  const int64_t budget = ra != nullptr ? std::atoll(ra) : (1 << 20);
+  if (budget > 0) {
+    m.read_ahead = std::make_unique<ReadAhead>(*m.pool, 8, m.slices_per_thread, m.streamed, budget);
+    m.pool->set_idle_work(m.read_ahead.get());
+  }
   return fm;
 }
 
@@ -566,9 +588,15 @@ Status FastModel::forward(std::span<const int32_t> tokens, KvCache& cache, std::
         },
         std::max<int64_t>(1, 4096 / dim));
   };
+  // Decoding, threads that wait read ahead the rows of the product after the one started.
+  auto ahead = [&](size_t i) {
+    if (m.read_ahead) m.read_ahead->next(n == 1 ? &m.products[i % m.products.size()] : nullptr);
+  };
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     const FastLayer& L = m.layers[static_cast<size_t>(l)];
+    const size_t pi = static_cast<size_t>(l) * 4;
     norm(x, L.norm_attn, n, d, h);
+    ahead(pi + 1);
     m.run({{&L.q, q, qd, &L.q_b}, {&L.k, knew, kvd, &L.k_b}, {&L.v, vnew, kvd, &L.v_b}}, h, n);
     if (!L.q_norm.empty()) {  // qwen3
       norm(q, L.q_norm, n * n_heads, hd, q);
@@ -598,21 +626,25 @@ Status FastModel::forward(std::span<const int32_t> tokens, KvCache& cache, std::
     else
       m.attention(cache.k.data() + l * kvd * ks, cache.v.data() + l * cap * kvd, ks, q, n, p0, blas,
                   att);
+    ahead(pi + 2);
     m.run({{&L.o, h, d, &L.o_b}}, att, n);
     add_into(x, h, n * d);
 
     norm(x, L.norm_mlp, n, d, h);
+    ahead(pi + 3);
     m.run({{&L.gate, m.gate.data(), inter, &L.gate_b}, {&L.up, m.up.data(), inter, &L.up_b}}, h, n);
     m.pool->parallel_for(
         n * inter,
         [&](int64_t b, int64_t e) { silu_mul_simd(m.gate.data() + b, m.up.data() + b, e - b); },
         4096);
+    ahead(pi + 4);
     m.run({{&L.down, h, d, &L.down_b}}, m.gate.data(), n);
     add_into(x, h, n * d);
   }
   cache.n = p0 + n;
 
   norm(x + (n - out_rows) * d, m.norm_final, out_rows, d, h);
+  ahead(0);  // the next token's first product
   m.run({{&m.lm_head, logits.data(), vocab, nullptr}}, h, out_rows);
   return ok_status();
 }
