@@ -267,10 +267,65 @@ TQ_AMX_TARGET void amx_rows(const PackedMatrix& w, const ActTiles& xt, float* y,
   _tile_release();
 }
 
+// dst row kr (64 bytes at dst + 64 kr) = the kr-th 4-byte group of each of the 16 rows at
+// src + m · stride (m = 0..15): a 16x16 transpose of 32-bit lanes, in 64 shuffles.
+TQ_AMX_TARGET void transpose_groups(const int8_t* src, int64_t stride, int8_t* dst) {
+  __m512i r[16], t[16];
+  for (int m = 0; m < 16; ++m) r[m] = _mm512_loadu_si512(src + m * stride);
+  for (int m = 0; m < 16; m += 2) {  // per 128-bit chunk: rows m, m+1 interleaved
+    t[m] = _mm512_unpacklo_epi32(r[m], r[m + 1]);
+    t[m + 1] = _mm512_unpackhi_epi32(r[m], r[m + 1]);
+  }
+  for (int m = 0; m < 16; m += 4) {  // r[m + j], chunk c: group 4c + j of rows m..m+3
+    r[m] = _mm512_unpacklo_epi64(t[m], t[m + 2]);
+    r[m + 1] = _mm512_unpackhi_epi64(t[m], t[m + 2]);
+    r[m + 2] = _mm512_unpacklo_epi64(t[m + 1], t[m + 3]);
+    r[m + 3] = _mm512_unpackhi_epi64(t[m + 1], t[m + 3]);
+  }
+  for (int j = 0; j < 4; ++j) {  // a 4x4 transpose of 128-bit chunks for each j
+    const __m512i v0 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0x44);
+    const __m512i v1 = _mm512_shuffle_i32x4(r[j], r[4 + j], 0xEE);
+    const __m512i v2 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0x44);
+    const __m512i v3 = _mm512_shuffle_i32x4(r[8 + j], r[12 + j], 0xEE);
+    _mm512_storeu_si512(dst + (0 + j) * 64, _mm512_shuffle_i32x4(v0, v2, 0x88));
+    _mm512_storeu_si512(dst + (4 + j) * 64, _mm512_shuffle_i32x4(v0, v2, 0xDD));
+    _mm512_storeu_si512(dst + (8 + j) * 64, _mm512_shuffle_i32x4(v1, v3, 0x88));
+    _mm512_storeu_si512(dst + (12 + j) * 64, _mm512_shuffle_i32x4(v1, v3, 0xDD));
+  }
+}
+
 }  // namespace
 
+// Whole blocks of 16 tokens: quantized row by row, then each tile transposed into place (the
+// scalar scatter of 4-byte groups was ~3.5% of a SmolLM2 8-bit 128-token prefill); the rest of
+// the range as quantize_tiles_with.
 void quantize_act_tiles(const float* x, int64_t t0, int64_t t1, ActTiles* out) {
-  quantize_tiles_with(x, t0, t1, out);
+  const int64_t cols = out->cols, nb = cols / 64;
+  thread_local std::vector<int8_t> q, r;
+  thread_local std::vector<float> d, sum;
+  for (int64_t t = t0; t < t1;) {
+    const int64_t end = std::min(t1, (t / 16 + 1) * 16);
+    if (t % 16 != 0 || end - t != 16 || !amx_available()) {
+      quantize_tiles_with(x, t, end, out);
+      t = end;
+      continue;
+    }
+    q.resize(static_cast<size_t>(16 * cols)), r.resize(q.size());
+    d.resize(static_cast<size_t>(16 * nb)), sum.resize(d.size());
+    for (int64_t m = 0; m < 16; ++m)
+      quantize_blocks_q8(x + (t + m) * cols, 64, nb, q.data() + m * cols, r.data() + m * cols,
+                         d.data() + m * nb, sum.data() + m * nb);
+    for (int64_t b = 0; b < nb; ++b) {
+      const int64_t tile = (t / 16 * nb + b) * 1024, v = (t / 16 * nb + b) * 16;
+      transpose_groups(q.data() + b * 64, cols, out->q.data() + tile);
+      transpose_groups(r.data() + b * 64, cols, out->r.data() + tile);
+      for (int64_t m = 0; m < 16; ++m) {
+        out->sum[static_cast<size_t>(v + m)] = sum[static_cast<size_t>(m * nb + b)];
+        out->dv[static_cast<size_t>(v + m)] = d[static_cast<size_t>(m * nb + b)] / 256.0f;
+      }
+    }
+    t = end;
+  }
 }
 
 bool amx_available() {

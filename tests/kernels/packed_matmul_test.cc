@@ -308,7 +308,8 @@ TEST(PackedMatmul, AmxEqualsItsScalarReference) {
         const DType sdt = bits == 4 && g == 64 ? DType::kF32 : DType::kBF16;
         Case c = make_case(WeightFormat::kAffine, bits, g, sdt, rows, cols, seed++);
         ASSERT_TRUE(amx_supported(c.m));
-        for (int64_t n : {int64_t{1}, int64_t{17}, int64_t{40}}) {
+        // 64: two whole 16-token blocks per half (the transposed path); 40: one, then parts.
+        for (int64_t n : {int64_t{1}, int64_t{17}, int64_t{40}, int64_t{64}}) {
           SCOPED_TRACE(weight_format_str(c.m) + " cols " + std::to_string(cols) + " n " +
                        std::to_string(n));
           std::vector<float> x = random_x(n, cols, seed++);
