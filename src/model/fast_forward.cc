@@ -101,9 +101,11 @@ struct FastModel::Impl {
   // tok/s), else 1 (weights stream from DRAM, best as one contiguous range per thread: Llama-1B
   // decode lost ~14% with 4).
   int slices_per_thread = 1;
-  // The weights stream from DRAM (larger than the last-level cache): the integer kernels then
-  // read each thread's rows from several parts of its range at once (packed_matmul_q8).
-  bool streamed = false;
+  // The integer kernels read each slice's rows from several parts of it at once
+  // (packed_matmul_q8's `streamed` order) for every model, not only those larger than the
+  // last-level cache: a shared LLC holds less than it says (SmolLM2 8-bit, 143 MB a token
+  // against a 300 MB LLC, decoded 6-8% faster with parts; 4-bit, 76 MB, the same).
+  static constexpr bool kParts = true;
 
   // Scratch reused across calls (forward is one call at a time: the mutex).
   mutable std::mutex mu;
@@ -237,7 +239,7 @@ void FastModel::Impl::run(std::initializer_list<MatJob> jobs, const float* xin, 
   if (q8) quantize_act_q8(xin, n, jobs.begin()->w->cols, &xq);
   split_rows(jobs, n, 8, slices_per_thread, [&](const MatJob& j, int64_t lo, int64_t hi) {
     if (q8 && packed_q8_supported(*j.w))
-      packed_matmul_q8(*j.w, xq, j.y, j.ldy, lo, hi, streamed);
+      packed_matmul_q8(*j.w, xq, j.y, j.ldy, lo, hi, kParts);
     else
       packed_matmul(*j.w, xin, n, j.y, j.ldy, lo, hi);
   });
@@ -485,8 +487,8 @@ Result<std::unique_ptr<FastModel>> FastModel::load(const ModelSource& src,
   }
   if (!has_head) m.lm_head = m.embed;
   const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  m.streamed = fm->bytes_per_token() >= static_cast<uint64_t>(llc > 0 ? llc : 32 << 20);
-  m.slices_per_thread = m.streamed ? 1 : 4;
+  const bool dram = fm->bytes_per_token() >= static_cast<uint64_t>(llc > 0 ? llc : 32 << 20);
+  m.slices_per_thread = dram ? 1 : 4;
   for (const FastLayer& L : m.layers) {
     m.products.push_back({{&L.q, &L.k, &L.v}, 3});
     m.products.push_back({{&L.o}, 1});
@@ -499,7 +501,8 @@ Result<std::unique_ptr<FastModel>> FastModel::load(const ModelSource& src,
   const char* ra = std::getenv("TQ_READ_AHEAD");
   const int64_t budget = ra != nullptr ? std::atoll(ra) : (1 << 20);
   if (budget > 0) {
-    m.read_ahead = std::make_unique<ReadAhead>(*m.pool, 8, m.slices_per_thread, m.streamed, budget);
+    m.read_ahead =
+        std::make_unique<ReadAhead>(*m.pool, 8, m.slices_per_thread, Impl::kParts, budget);
     m.pool->set_idle_work(m.read_ahead.get());
   }
   return fm;
