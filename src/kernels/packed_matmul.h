@@ -61,11 +61,11 @@ void quantize_blocks_q8(const float* x, int len, int64_t nb, int8_t* q, int8_t* 
 
 // Whether the dispatched ISA has an integer dot-product kernel for this matrix.
 bool packed_q8_supported(const PackedMatrix& w);
-// y as packed_matmul, from int8 activations (only where packed_q8_supported). `streamed`: the
-// weights come from DRAM (a model larger than the last-level cache); the rows of [r0, r1) are
-// then visited from several parts of the range at once (the same results, another order).
+// y as packed_matmul, from int8 activations (only where packed_q8_supported). `parts`: the rows
+// of [r0, r1) are visited from several parts of the range at once (what the runtime uses: a
+// core keeps more misses in flight); false: strips of adjacent rows. The same results.
 void packed_matmul_q8(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,
-                      int64_t r1, bool streamed = false);
+                      int64_t r1, bool parts = true);
 // Its scalar reference (affine only): per block, integer Σ code·(256·q + r), scaled by s·d/256;
 // plus b·sum.
 void packed_matmul_q8_ref(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,

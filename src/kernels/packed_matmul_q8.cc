@@ -154,8 +154,8 @@ inline __m128 Load2(const float* p) {
 // loops.
 inline void Prefetch(const uint8_t* p) { asm volatile("prefetcht0 %0" : : "m"(*p)); }
 
-// Adjacent strips: at least the 4 rows one step reads, at least 8 KB ahead. Parts of a streamed
-// range are one stream each, so a short distance per part: the A rows a strip takes from it,
+// Adjacent strips: at least the 4 rows one step reads, at least 8 KB ahead. Parts of a range
+// are one stream each, so a short distance per part: the A rows a strip takes from it,
 // at least 2 KB (Llama-1B decode per token, alternated in one process: 4-bit 2-4% faster than
 // 4 KB and 4-5% than 8 KB, 8-bit 2% and 3%; none at all 20% slower).
 inline int64_t PrefetchDistance(const PackedMatrix& w, const StripPlan& plan) {
@@ -454,7 +454,7 @@ bool SupportedImpl(const PackedMatrix& w) {
 }
 
 void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,
-                  int64_t r1, bool streamed) {
+                  int64_t r1, bool parts) {
 #ifdef TQ_Q8_KERNELS
   if (!SupportedImpl(w)) return;
   const int64_t cols = w.cols, nb = cols / 32, G = w.groups(), per = w.group / 32;
@@ -468,7 +468,7 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
       for (int64_t b = 0; b < per; ++b) s += xq.sum[t * nb + g * per + b];
       gsum[t * G + g] = s;
     }
-  const StripPlan plan(w, r0, r1, streamed);
+  const StripPlan plan(w, r0, r1, parts);
   const int64_t pf_bytes = PrefetchDistance(w, plan), rb = w.row_bytes();
   // Scales and biases are two more streams, an eighth of the codes' bytes at 4-bit g64: each
   // segment's as many rows ahead as the codes' prefetch, or each strip waits on their misses.
@@ -551,7 +551,7 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
     }
   }
 #else
-  (void)w, (void)xq, (void)y, (void)ldy, (void)r0, (void)r1, (void)streamed;
+  (void)w, (void)xq, (void)y, (void)ldy, (void)r0, (void)r1, (void)parts;
 #endif
 }
 
@@ -577,8 +577,8 @@ void quantize_blocks_q8(const float* x, int len, int64_t nb, int8_t* q, int8_t* 
 bool packed_q8_supported(const PackedMatrix& w) { return HWY_DYNAMIC_DISPATCH(SupportedImpl)(w); }
 
 void packed_matmul_q8(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,
-                      int64_t r1, bool streamed) {
-  HWY_DYNAMIC_DISPATCH(MatmulQ8Impl)(w, xq, y, ldy, r0, r1, streamed);
+                      int64_t r1, bool parts) {
+  HWY_DYNAMIC_DISPATCH(MatmulQ8Impl)(w, xq, y, ldy, r0, r1, parts);
 }
 
 }  // namespace tq

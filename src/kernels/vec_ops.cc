@@ -37,7 +37,7 @@ float DotImpl(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// Σ x[i], the read of a streaming-bandwidth measure, as the decode kernels read a streamed
+// Σ x[i], the read of a streaming-bandwidth measure, as the decode kernels read a
 // model: four distant parts of x at once (one stream each; a core keeps more misses in flight
 // over several streams: a single one read ~20-30% less), each load requesting the bytes 2 KB
 // further on (without, one core's demand misses alone reach ~20% less; 8 KB read ~2% less).

@@ -101,11 +101,6 @@ struct FastModel::Impl {
   // tok/s), else 1 (weights stream from DRAM, best as one contiguous range per thread: Llama-1B
   // decode lost ~14% with 4).
   int slices_per_thread = 1;
-  // The integer kernels read each slice's rows from several parts of it at once
-  // (packed_matmul_q8's `streamed` order) for every model, not only those larger than the
-  // last-level cache: a shared LLC holds less than it says (SmolLM2 8-bit, 143 MB a token
-  // against a 300 MB LLC, decoded 6-8% faster with parts; 4-bit, 76 MB, the same).
-  static constexpr bool kParts = true;
 
   // Scratch reused across calls (forward is one call at a time: the mutex).
   mutable std::mutex mu;
@@ -237,9 +232,12 @@ void FastModel::Impl::run(std::initializer_list<MatJob> jobs, const float* xin, 
   if (opts.activations != ActPath::kF32)
     for (const MatJob& j : jobs) q8 |= packed_q8_supported(*j.w);
   if (q8) quantize_act_q8(xin, n, jobs.begin()->w->cols, &xq);
+  // The int8 kernels read each slice's rows from several parts of it at once for every model,
+  // not only those larger than the last-level cache: a shared LLC holds less than it says
+  // (SmolLM2 8-bit, 143 MB a token against a 300 MB LLC, decoded 6-8% faster; 4-bit the same).
   split_rows(jobs, n, 8, slices_per_thread, [&](const MatJob& j, int64_t lo, int64_t hi) {
     if (q8 && packed_q8_supported(*j.w))
-      packed_matmul_q8(*j.w, xq, j.y, j.ldy, lo, hi, kParts);
+      packed_matmul_q8(*j.w, xq, j.y, j.ldy, lo, hi);
     else
       packed_matmul(*j.w, xin, n, j.y, j.ldy, lo, hi);
   });
@@ -501,8 +499,7 @@ Result<std::unique_ptr<FastModel>> FastModel::load(const ModelSource& src,
   const char* ra = std::getenv("TQ_READ_AHEAD");
   const int64_t budget = ra != nullptr ? std::atoll(ra) : (1 << 20);
   if (budget > 0) {
-    m.read_ahead =
-        std::make_unique<ReadAhead>(*m.pool, 8, m.slices_per_thread, Impl::kParts, budget);
+    m.read_ahead = std::make_unique<ReadAhead>(*m.pool, 8, m.slices_per_thread, budget);
     m.pool->set_idle_work(m.read_ahead.get());
   }
   return fm;

@@ -12,13 +12,11 @@ namespace {
 constexpr int64_t kStepBytes = 4096;
 }  // namespace
 
-ReadAhead::ReadAhead(const ThreadPool& pool, int64_t align, int per_thread, bool streamed,
-                     int64_t budget)
+ReadAhead::ReadAhead(const ThreadPool& pool, int64_t align, int per_thread, int64_t budget)
     : pool_(pool),
       align_(align),
       budget_(budget),
       per_thread_(per_thread),
-      streamed_(streamed),
       cursors_(static_cast<size_t>(pool.size())) {}
 
 bool ReadAhead::step(int thread) {
@@ -42,8 +40,8 @@ bool ReadAhead::step(int thread) {
     off += w.rows;
     if (j < c.job || lo >= hi) continue;
     if (j > c.job) c.job = j, c.strip = 0;
-    // The order the kernel will read in: parts of the range only where the int8 kernels run.
-    const StripPlan plan(w, lo, hi, streamed_ && packed_q8_supported(w));
+    // The order the kernel will read in: parts of the range where the int8 kernels run.
+    const StripPlan plan(w, lo, hi, packed_q8_supported(w));
     while (c.strip < plan.strips && c.bytes - start < kStepBytes && c.bytes < budget_)
       c.bytes += packed_prefetch_q8(w, plan, c.strip, c.strip + 1), ++c.strip;
     if (c.bytes >= budget_) break;

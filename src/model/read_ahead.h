@@ -24,9 +24,9 @@ struct ProductRows {
 class ReadAhead final : public IdleWork {
  public:
   // Slices as the products' loops split them (`align` rows, `per_thread` slices per thread);
-  // rows in the order of packed_matmul_q8(..., streamed); at most `budget` bytes per thread
-  // ahead of each product.
-  ReadAhead(const ThreadPool& pool, int64_t align, int per_thread, bool streamed, int64_t budget);
+  // rows in the order of packed_matmul_q8 (parts); at most `budget` bytes per thread ahead of
+  // each product.
+  ReadAhead(const ThreadPool& pool, int64_t align, int per_thread, int64_t budget);
 
   // The product the pool runs next (nullptr: none).
   void next(const ProductRows* p) { next_.store(p, std::memory_order_release); }
@@ -47,7 +47,6 @@ class ReadAhead final : public IdleWork {
   const ThreadPool& pool_;
   const int64_t align_, budget_;
   const int per_thread_;
-  const bool streamed_;
   std::atomic<const ProductRows*> next_{nullptr};
   std::vector<Cursor> cursors_;  // one per pool thread, each touched by its thread only
 };

@@ -239,11 +239,11 @@ TEST(PackedMatmul, Int8ActivationsEqualTheirScalarReference) {
           for_each_target([&] {
             if (!packed_q8_supported(c.m)) return;
             ++checked;
-            for (bool streamed : {false, true}) {
-              SCOPED_TRACE(streamed ? "streamed" : "adjacent strips");
+            for (bool parts : {false, true}) {
+              SCOPED_TRACE(parts ? "parts" : "adjacent strips");
               std::vector<float> y(ref.size(), NAN);
-              packed_matmul_q8(c.m, xq, y.data(), rows, 0, 4, streamed);
-              packed_matmul_q8(c.m, xq, y.data(), rows, 4, rows, streamed);
+              packed_matmul_q8(c.m, xq, y.data(), rows, 0, 4, parts);
+              packed_matmul_q8(c.m, xq, y.data(), rows, 4, rows, parts);
               // Quantizing x to 8 bits moves the result by well under 1% of the magnitude.
               expect_int_path_near(c, x, n, rows, y, ref, fref, 1e-2);
             }

@@ -13,7 +13,7 @@ namespace {
 TEST(StripPlan, StripsCoverEveryRowOnce) {
   for (int bits : {4, 8})
     for (int64_t cols : {576, 2048, 8192})
-      for (bool streamed : {false, true})
+      for (bool parts : {false, true})
         for (auto [r0, r1] : {std::pair<int64_t, int64_t>{0, 1},
                               {0, 8},
                               {3, 67},
@@ -21,11 +21,11 @@ TEST(StripPlan, StripsCoverEveryRowOnce) {
                               {512, 2051},
                               {100, 100}}) {
           SCOPED_TRACE(testing::Message() << bits << "-bit, " << cols << " cols, rows " << r0
-                                          << ".." << r1 << (streamed ? ", streamed" : ""));
+                                          << ".." << r1 << (parts ? ", parts" : ""));
           PackedMatrix w;
           w.format = WeightFormat::kAffine, w.bits = bits, w.group = 64;
           w.rows = 4096, w.cols = cols;
-          const StripPlan plan(w, r0, r1, streamed);
+          const StripPlan plan(w, r0, r1, parts);
           std::vector<int> hits(static_cast<size_t>(w.rows), 0);
           for (int64_t k = 0; k < plan.strips; ++k) {
             int64_t seg0[8], seg_n[8];
@@ -40,8 +40,8 @@ TEST(StripPlan, StripsCoverEveryRowOnce) {
               for (int64_t r = seg0[s]; r < seg0[s] + seg_n[s]; ++r) hits[static_cast<size_t>(r)]++;
             }
             EXPECT_LE(rows, plan.R);
-            // A streamed strip's runs of adjacent codes: one row, or rows within the part size.
-            if (streamed && n > 1) {
+            // A strip's runs from parts of adjacent codes: one row, or rows within the part size.
+            if (parts && n > 1) {
               EXPECT_TRUE(seg_n[0] == 1 || seg_n[0] * w.row_bytes() <= kStripPartBytes);
             }
           }
@@ -50,7 +50,7 @@ TEST(StripPlan, StripsCoverEveryRowOnce) {
         }
 }
 
-TEST(StripPlan, StreamedRangesReadSeveralDistantParts) {
+TEST(StripPlan, PartsAreSeveralDistantRuns) {
   PackedMatrix w;
   w.format = WeightFormat::kAffine, w.bits = 4, w.group = 64, w.rows = 2048, w.cols = 2048;
   const StripPlan plan(w, 0, 1024, true);  // 1 KB rows: two adjacent rows from each of four parts

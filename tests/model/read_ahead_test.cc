@@ -37,8 +37,8 @@ TEST(ReadAhead, RequestsTheThreadsOwnSliceOfTheNextProduct) {
   ThreadPool pool(2);
   Matrix q(256, 2048), k(64, 2048), v(64, 2048);
   const ProductRows qkv{{&q.m, &k.m, &v.m}, 3};
-  for (bool streamed : {false, true}) {
-    ReadAhead ra(pool, 8, 1, streamed, int64_t{1} << 30);
+  {
+    ReadAhead ra(pool, 8, 1, int64_t{1} << 30);
     EXPECT_FALSE(ra.step(0));  // nothing next yet
     ra.next(&qkv);
     // 384 rows in two slices: thread 0 rows 0-191 of q; thread 1 rows 192-255 of q, all of k, v.
@@ -60,7 +60,7 @@ TEST(ReadAhead, StopsAtItsBudget) {
   Matrix w(4096, 2048);
   const ProductRows p{{&w.m}, 1};
   const int64_t budget = 100000;
-  ReadAhead ra(pool, 8, 1, true, budget);
+  ReadAhead ra(pool, 8, 1, budget);
   ra.next(&p);
   drain(ra, 0);
   EXPECT_GE(ra.requested(0), budget);
