@@ -40,7 +40,7 @@ Status run_bench_verb(const BenchCliOptions& o) {
   if (o.json) {
     fmt::print("{}\n", j.dump());
   } else {
-    fmt::print("{}\n{}\n", o.model, protocol);
+    fmt::print("{}\n{}\ncpu: {}\n", o.model, protocol, cpu_summary(r.cpu));
     fmt::print("{:>8} {:>28} {:>28} {:>22}\n", "prompt", "prefill tok/s (min/med/max)",
                "decode tok/s (min/med/max)", "TTFT s (median)");
     for (const eval::BenchPoint& p : r.points)

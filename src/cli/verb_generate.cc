@@ -12,6 +12,7 @@
 
 #include "cli/runtime_flags.h"
 #include "cli/verb.h"
+#include "eval/bench.h"
 #include "kernels/sampling.h"
 #include "model/forward.h"
 #include "model/model_chat.h"
@@ -130,7 +131,8 @@ Status run_generate(const GenerateOptions& o) {
                         {"load_s", load_s},
                         {"prefill_tok_s", prefill_tps},
                         {"decode_tok_s", decode_tps},
-                        {"runtime", model->runtime_name()}};
+                        {"runtime", model->runtime_name()},
+                        {"cpu", eval::cpu_json(cpu_info())}};
     write_out(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   } else {
     write_out(tail + "\n");

@@ -80,6 +80,7 @@ Result<BenchResult> run_bench(const Transformer& t, const BenchOptions& o,
   std::vector<float> logits(static_cast<size_t>(vocab));
   BenchResult r;
   r.runtime = t.runtime_name();
+  r.cpu = cpu_info();
   {  // Warm-up, untimed: faults the mapped weights in and grows the scratch buffers.
     KvCache warm = t.new_cache(9);
     std::vector<int32_t> p(8);
@@ -142,7 +143,15 @@ nlohmann::json bench_json(const BenchResult& r, const BenchOptions& o) {
           {"gen", o.gen},
           {"repeat", o.repeat},
           {"runtime", r.runtime},
+          {"cpu", cpu_json(r.cpu)},
           {"points", points}};
+}
+
+nlohmann::json cpu_json(const CpuInfo& c) {
+  return {{"vendor", c.vendor}, {"model", c.model},
+          {"family", c.family}, {"model_number", c.model_number},
+          {"simd", c.simd},     {"int8", c.int8},
+          {"amx", c.amx}};
 }
 
 }  // namespace tq::eval

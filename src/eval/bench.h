@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/result.h"
+#include "kernels/cpu_info.h"
 #include "model/forward.h"
 
 namespace tq::eval {
@@ -39,6 +40,7 @@ struct BenchResult {
   double bandwidth_bytes_s = 0;  // measured streaming read
   double roofline_tok_s = 0;     // bandwidth / bytes_per_token
   std::string runtime;
+  CpuInfo cpu;
 };
 
 // `progress(done, total)` after every run.
@@ -56,5 +58,9 @@ uint64_t peak_rss_bytes();
 // The --json object: prefill_tok_s / decode_tok_s / ttft_s are the medians at the first prompt
 // length; "points" holds min/median/max per length.
 nlohmann::json bench_json(const BenchResult& r, const BenchOptions& o);
+
+// {"vendor", "model", "family", "model_number", "simd", "int8", "amx"}: the CPU and the kernel
+// paths dispatched on it.
+nlohmann::json cpu_json(const CpuInfo& c);
 
 }  // namespace tq::eval

@@ -15,6 +15,7 @@
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define TQ_AMX 1
 #include <cpuid.h>
+#include <hwy/targets.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -108,6 +109,9 @@ void packed_matmul_tiles_ref(const PackedMatrix& w, const ActTiles& xt, float* y
 
 #ifdef TQ_AMX
 
+// Functions compiled for AMX live in this namespace only: scripts/isa-audit allows tile and
+// AVX-512 instructions there and nowhere else outside Highway's targets.
+namespace amx_target {
 namespace {
 
 #define TQ_AMX_TARGET \
@@ -295,6 +299,7 @@ TQ_AMX_TARGET void transpose_groups(const int8_t* src, int64_t stride, int8_t* d
 }
 
 }  // namespace
+}  // namespace amx_target
 
 // Whole blocks of 16 tokens: quantized row by row, then each tile transposed into place (the
 // scalar scatter of 4-byte groups was ~3.5% of a SmolLM2 8-bit 128-token prefill); the rest of
@@ -317,8 +322,8 @@ void quantize_act_tiles(const float* x, int64_t t0, int64_t t1, ActTiles* out) {
                          d.data() + m * nb, sum.data() + m * nb);
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t tile = (t / 16 * nb + b) * 1024, v = (t / 16 * nb + b) * 16;
-      transpose_groups(q.data() + b * 64, cols, out->q.data() + tile);
-      transpose_groups(r.data() + b * 64, cols, out->r.data() + tile);
+      amx_target::transpose_groups(q.data() + b * 64, cols, out->q.data() + tile);
+      amx_target::transpose_groups(r.data() + b * 64, cols, out->r.data() + tile);
       for (int64_t m = 0; m < 16; ++m) {
         out->sum[static_cast<size_t>(v + m)] = sum[static_cast<size_t>(m * nb + b)];
         out->dv[static_cast<size_t>(v + m)] = d[static_cast<size_t>(m * nb + b)] / 256.0f;
@@ -332,7 +337,9 @@ bool amx_available() {
   static const bool ok = [] {
     unsigned a = 0, b = 0, c = 0, d = 0;
     if (__get_cpuid_count(7, 0, &a, &b, &c, &d) == 0) return false;
-    const bool avx512 = ((b >> 16) & 1) && ((b >> 17) & 1) && ((b >> 30) & 1) && ((b >> 31) & 1);
+    // Highway's AVX3 check: AVX-512 F/VL/DQ/BW with the OS saving their state (XCR0), as the
+    // AVX-512 instructions of amx_target need; CPUID bits alone do not say the OS enabled them.
+    const bool avx512 = (hwy::SupportedTargets() & HWY_AVX3) != 0;
     const bool amx = ((d >> 24) & 1) && ((d >> 25) & 1);  // AMX-TILE, AMX-INT8
     const char* env = std::getenv("TQ_AMX");
     if (!avx512 || !amx || (env != nullptr && std::strcmp(env, "0") == 0)) return false;
@@ -344,7 +351,7 @@ bool amx_available() {
 
 void packed_matmul_amx(const PackedMatrix& w, const ActTiles& xt, float* y, int64_t ldy, int64_t r0,
                        int64_t r1) {
-  if (r0 < r1 && xt.n > 0) amx_rows(w, xt, y, ldy, r0, r1);
+  if (r0 < r1 && xt.n > 0) amx_target::amx_rows(w, xt, y, ldy, r0, r1);
 }
 
 #else  // no AMX in this build

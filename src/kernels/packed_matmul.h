@@ -73,5 +73,8 @@ void packed_matmul_q8_ref(const PackedMatrix& w, const ActQ8& xq, float* y, int6
 
 // The dispatched ISA's name ("AVX3_DL", "AVX2", ...) for logs and bench reports.
 const char* packed_kernel_isa();
+// The dispatched ISA's integer dot-product kernels: "avx512-vnni" (4- and 8-bit),
+// "avx512-maddubs (4-bit)", "avx2-maddubs (4-bit)" or "none" (float path only).
+const char* packed_int8_path();
 
 }  // namespace tq

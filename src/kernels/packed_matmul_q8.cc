@@ -26,9 +26,9 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 
 HWY_BEFORE_NAMESPACE();
-// Highway 1.0.3's AVX3_DL names "avxvnni" but not the EVEX form its CPU check requires. GCC takes
-// it as a pragma; clang 14 (the fuzz build) cannot add it inside Highway's attribute push, so
-// there the AVX3_DL target has no int8 kernels and the caller falls back to the float path.
+// Highway 1.0.3's AVX3_DL names "avxvnni" (VEX, not in its CPU check) but not the EVEX form its
+// check requires. GCC takes it as a pragma; clang 14 (the fuzz build) cannot add it inside
+// Highway's attribute push, so there the AVX3_DL target has no int8 kernels (float path).
 #if HWY_TARGET == HWY_AVX3_DL && !defined(__clang__)
 #pragma GCC target("avx512vnni")
 #define TQ_Q8_VNNI_TARGET 1
@@ -52,7 +52,10 @@ inline float HSum(__m256 v) {
 // Σ over 4-byte lanes of u8 codes × s8 activations (codes < 16 when !kVnni).
 inline __m256i DotU8S8(__m256i acc, __m256i u, __m256i s) {
   if constexpr (kVnni) {
-    return _mm256_dpbusd_epi32(acc, u, s);
+    // Spelled out as EVEX: Highway 1.0.3's AVX3_DL target string enables AVX-VNNI, so GCC picks
+    // the VEX form for ymm operands, which AVX-512-VNNI CPUs without AVX-VNNI (Zen 4) fault on.
+    asm("%{evex%} vpdpbusd {%2, %1, %0|%0, %1, %2}" : "+v"(acc) : "v"(u), "v"(s));
+    return acc;
   } else {
     const __m256i p = _mm256_maddubs_epi16(u, s);
     return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
@@ -393,8 +396,8 @@ inline void RowsQ8(const PackedMatrix& w, const uint8_t* const* rp, const S* con
       auto ld = [](const void* x) {
         return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
       };
-      const __m256i a = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ld(row + k0), ld(q + k0));
-      const __m256i b = _mm256_dpbusd_epi32(_mm256_setzero_si256(), ld(row + k0), ld(rr + k0));
+      const __m256i a = DotU8S8(_mm256_setzero_si256(), ld(row + k0), ld(q + k0));
+      const __m256i b = DotU8S8(_mm256_setzero_si256(), ld(row + k0), ld(rr + k0));
       const __m256i acc = _mm256_add_epi32(_mm256_slli_epi32(a, 8), b);
       y += ScaleAt(sp[i], k0 / w.group) * (d[cols / 32 - 1] / 256.0f) *
            HSum(_mm256_cvtepi32_ps(acc));
@@ -450,6 +453,14 @@ bool SupportedImpl(const PackedMatrix& w) {
   return w.bits == 4 || (w.bits == 8 && kVnni);
 #else
   return false;
+#endif
+}
+
+const char* Int8PathImpl() {
+#ifdef TQ_Q8_KERNELS
+  return kVnni ? "avx512-vnni" : k512 ? "avx512-maddubs (4-bit)" : "avx2-maddubs (4-bit)";
+#else
+  return "none";
 #endif
 }
 
@@ -568,6 +579,9 @@ namespace tq {
 HWY_EXPORT(SupportedImpl);
 HWY_EXPORT(QuantizeBlocksImpl);
 HWY_EXPORT(MatmulQ8Impl);
+HWY_EXPORT(Int8PathImpl);
+
+const char* packed_int8_path() { return HWY_DYNAMIC_DISPATCH(Int8PathImpl)(); }
 
 void quantize_blocks_q8(const float* x, int len, int64_t nb, int8_t* q, int8_t* r, float* d,
                         float* sum) {

@@ -6,12 +6,14 @@
 #include <hwy/targets.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/amx_matmul.h"
+#include "kernels/cpu_info.h"
 #include "kernels/packed_matmul.h"
 #include "tensor/dtype.h"
 
@@ -169,6 +171,30 @@ TEST(PackedMatmul, RunsOnTheBestTargetOfThisMachine) {
   std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
   ASSERT_FALSE(targets.empty());
   EXPECT_STREQ(packed_kernel_isa(), hwy::TargetName(targets.front()));
+  // scripts/test prints this line: which targets the kernel tests below compare on this CPU.
+  std::string names;
+  for (int64_t t : targets) names += std::string(names.empty() ? "" : " ") + hwy::TargetName(t);
+  std::printf("kernel targets compared on %s: %s\n", cpu_summary(cpu_info()).c_str(),
+              names.c_str());
+}
+
+TEST(PackedMatmul, EachTargetNamesItsIntegerKernels) {
+  for_each_target([] {
+    const std::string isa = packed_kernel_isa(), path = packed_int8_path();
+    if (isa == "AVX3_DL") {
+#ifdef __clang__
+      EXPECT_EQ(path, "none");  // clang 14 cannot add AVX-512 VNNI inside Highway's push
+#else
+      EXPECT_EQ(path, "avx512-vnni");
+#endif
+    } else if (isa == "AVX3") {
+      EXPECT_EQ(path, "avx512-maddubs (4-bit)");
+    } else if (isa == "AVX2") {
+      EXPECT_EQ(path, "avx2-maddubs (4-bit)");
+    } else {
+      EXPECT_EQ(path, "none");
+    }
+  });
 }
 
 TEST(PackedMatmul, EveryTargetEqualsTheScalarReference) {
