@@ -187,7 +187,8 @@ Result<QuantPlan> build_plan(const ModelConfig& cfg, const PlanOptions& opts) {
       if (!r.layers.empty() &&
           std::find(r.layers.begin(), r.layers.end(), t.layer) == r.layers.end())
         continue;
-      if (!r.match.matches(e.module, t.kind->role)) continue;
+      TQ_TRY(bool hit, r.match.matches(e.module, t.kind->role));
+      if (!hit) continue;
       used[i] = true;
       if (r.min_bits) {
         if (*r.min_bits > e.min_bits) e.min_bits = *r.min_bits, min_rule = &r;

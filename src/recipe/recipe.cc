@@ -19,23 +19,6 @@ constexpr TensorRole kAllRoles[] = {
     TensorRole::kMlpGateBias, TensorRole::kMlpUpBias, TensorRole::kMlpDownBias,
 };
 
-std::string glob_to_regex(std::string_view g) {
-  std::string r;
-  for (char c : g) {
-    if (c == '*') {
-      r += ".*";
-    } else if (c == '?') {
-      r += '.';
-    } else if (std::string_view("\\^$.|+()[]{}").find(c) != std::string_view::npos) {
-      r += '\\';
-      r += c;
-    } else {
-      r += c;
-    }
-  }
-  return r;
-}
-
 Result<std::optional<int>> opt_int(const json& o, const char* key, const std::string& where) {
   auto it = o.find(key);
   if (it == o.end()) return std::optional<int>();
@@ -118,6 +101,7 @@ json spec_fields_json(const std::optional<QuantMode>& mode, const std::optional<
 Result<ModuleMatcher> ModuleMatcher::parse(std::string_view pattern, const std::string& source) {
   ModuleMatcher m;
   m.text_ = std::string(pattern);
+  m.source_ = source;
   if (pattern.rfind("role:", 0) == 0) {
     std::string_view name = pattern.substr(5);
     for (TensorRole r : kAllRoles)
@@ -129,19 +113,49 @@ Result<ModuleMatcher> ModuleMatcher::parse(std::string_view pattern, const std::
           source, name, pattern);
     return m;
   }
-  std::string re =
-      pattern.rfind("re:", 0) == 0 ? std::string(pattern.substr(3)) : glob_to_regex(pattern);
-  try {
-    m.re_ = std::make_shared<const std::regex>(re, std::regex::ECMAScript);
-  } catch (const std::regex_error& e) {
-    return err("{}: invalid regular expression '{}': {}", source, re, e.what());
-  }
+  if (pattern.rfind("re:", 0) != 0) return m;  // a glob
+  std::string_view re = pattern.substr(3);
+  auto compiled = text::Regex::compile_whole(re);
+  if (!compiled)
+    return err("{}: invalid regular expression '{}': {}", source, re, compiled.error().message);
+  Status cost = compiled->check_cost();
+  if (!cost.ok())
+    return err(
+        "{}: pattern too costly to match: '{}' (PCRE2 {}; nested quantifiers such as (a+)+ or "
+        "(.*)* backtrack exponentially)",
+        source, pattern, cost.error().message);
+  m.re_ = std::move(compiled).value();
   return m;
 }
 
-bool ModuleMatcher::matches(std::string_view module_path, TensorRole role) const {
+Result<bool> ModuleMatcher::matches(std::string_view module_path, TensorRole role) const {
   if (role_) return *role_ == role;
-  return std::regex_match(module_path.begin(), module_path.end(), *re_);
+  if (!re_) return glob_match(text_, module_path);
+  auto r = re_->match_whole(module_path);
+  if (!r)
+    return err("{}: pattern too costly to match: '{}' (PCRE2 {} on '{}')", source_, text_,
+               r.error().message, module_path);
+  return r;
+}
+
+bool glob_match(std::string_view glob, std::string_view s) {
+  size_t g = 0, i = 0;
+  size_t star = std::string_view::npos, resume = 0;  // the last '*' and where its run would end
+  while (i < s.size()) {
+    if (g < glob.size() && glob[g] == '*') {
+      star = g++;
+      resume = i;
+    } else if (g < glob.size() && (glob[g] == '?' || glob[g] == s[i])) {
+      ++g, ++i;
+    } else if (star != std::string_view::npos) {
+      g = star + 1;  // the last '*' takes one more byte; earlier stars never need to
+      i = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (g < glob.size() && glob[g] == '*') ++g;
+  return g == glob.size();
 }
 
 QuantSpec rule_spec(const RecipeRule& r, const QuantSpec& global) {

@@ -10,13 +10,12 @@
 //      {"match": "role:attn_v", "mode": "mxfp8"},
 //      {"match": "model.embed_tokens", "float": true}]}
 // A match is a glob on the module path ("*" any run of characters, "?" one), "re:REGEX"
-// (ECMAScript, whole path), or "role:NAME" (a role of the family tensor table, e.g. mlp_down).
+// (PCRE2 syntax, whole path), or "role:NAME" (a role of the family tensor table, e.g. mlp_down).
+// A regex that backtracks past PCRE2's match or depth limit is refused when the recipe loads.
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -26,6 +25,7 @@
 #include "base/result.h"
 #include "formats/quant_spec.h"
 #include "model/tensor_table.h"
+#include "text/regex.h"
 
 namespace tq {
 
@@ -33,14 +33,20 @@ class ModuleMatcher {
  public:
   // `source` names the recipe file (or flag) in errors.
   static Result<ModuleMatcher> parse(std::string_view pattern, const std::string& source);
-  bool matches(std::string_view module_path, TensorRole role) const;
+  // An error (naming the source) only when a regex exceeds PCRE2's limits on this path.
+  Result<bool> matches(std::string_view module_path, TensorRole role) const;
   const std::string& text() const { return text_; }
 
  private:
   std::string text_;
+  std::string source_;
   std::optional<TensorRole> role_;
-  std::shared_ptr<const std::regex> re_;  // globs are compiled to a regex too
+  std::optional<text::Regex> re_;  // "re:" patterns; a glob is matched by glob_match
 };
+
+// A glob ("*" any run of bytes, "?" one byte, everything else literal) against all of `s`,
+// without backtracking beyond the last '*': at most |glob| * |s| steps.
+bool glob_match(std::string_view glob, std::string_view s);
 
 struct RecipeRule {
   ModuleMatcher match;

@@ -48,8 +48,26 @@ class Renderer {
   Status emit(std::string_view text, const Stmt& s) {
     if (out_.size() + text.size() > limits_.max_output_bytes)
       return located(s, err("output larger than {} bytes", limits_.max_output_bytes));
+    TQ_CHECK_OK(charge_bytes(text.size(), s));
     out_ += text;
     return ok_status();
+  }
+
+  template <typename N>
+  Status charge_bytes(size_t bytes, const N& at) {
+    if (bytes > limits_.max_work_bytes - work_)
+      return located(at, err("template made more than {} bytes of values (work limit)",
+                             limits_.max_work_bytes));
+    work_ += bytes;
+    return ok_status();
+  }
+
+  // A string is copied wherever it goes; a list or dict is shared, so only `deep` (a new value,
+  // or one a loop or comparison walks) charges its elements.
+  template <typename N>
+  Status charge(const Value& v, bool deep, const N& at) {
+    if (!deep || (!v.list && !v.dict)) return charge_bytes(v.s.size(), at);
+    return charge_bytes(value_bytes(v, limits_.max_work_bytes - work_), at);
   }
 
   Result<Flow> exec(const Body& body) {
@@ -93,6 +111,7 @@ class Renderer {
         Value v = Value::string(std::move(saved));
         if (s.expr) {
           TQ_TRY(v, apply_filters(*s.expr, std::move(v)));
+          TQ_CHECK_OK(charge(v, true, s));
         }
         TQ_CHECK_OK(assign(s, std::move(v)));
         break;
@@ -139,6 +158,7 @@ class Renderer {
 
   Result<Flow> exec_for(const Stmt& s) {
     TQ_TRY(Value seq, eval(*s.expr));
+    TQ_CHECK_OK(charge(seq, true, *s.expr));  // the loop copies its items
     auto items_r = iterate(seq);
     if (!items_r) return located(*s.expr, items_r.error());
     ValueList items = std::move(items_r).value();
@@ -276,6 +296,14 @@ class Renderer {
   }
 
   Result<Value> eval(const Expr& e) {
+    TQ_TRY(Value v, eval_expr(e));
+    const bool lookup =
+        e.kind == ExprKind::kName || e.kind == ExprKind::kAttr || e.kind == ExprKind::kItem;
+    TQ_CHECK_OK(charge(v, !lookup, e));
+    return v;
+  }
+
+  Result<Value> eval_expr(const Expr& e) {
     switch (e.kind) {
       case ExprKind::kLiteral:
         return e.literal;
@@ -364,8 +392,10 @@ class Renderer {
       }
       case ExprKind::kCompare: {
         TQ_TRY(Value left, eval(*e.args[0]));
+        TQ_CHECK_OK(charge(left, true, e));  // comparisons walk lists and dicts
         for (size_t k = 0; k < e.ops.size(); ++k) {
           TQ_TRY(Value right, eval(*e.args[k + 1]));
+          TQ_CHECK_OK(charge(right, true, e));
           TQ_TRY(bool r, at(e, compare(e.ops[k], left, right)));
           if (!r) return Value::boolean(false);
           left = std::move(right);
@@ -407,6 +437,7 @@ class Renderer {
   std::vector<Frame> frames_;
   std::string out_;
   int64_t steps_ = 0;
+  size_t work_ = 0;  // never above limits_.max_work_bytes
   int macro_depth_ = 0;
 };
 

@@ -14,7 +14,10 @@ namespace tq::jinja {
 
 struct RenderLimits {
   size_t max_output_bytes = size_t{64} << 20;
-  int64_t max_steps = 20'000'000;  // statements run + loop iterations
+  int64_t max_steps = 1'000'000;  // statements run + loop iterations
+  // Bytes of values made (results, string copies, sequences walked, text emitted): bounds loops
+  // over large values, which the step limit alone lets run for hours. 16x the output limit.
+  size_t max_work_bytes = size_t{1} << 30;
 };
 
 // `vars` are the template's variables (messages, add_generation_prompt, ...); the globals

@@ -201,13 +201,15 @@ Result<Value> indent(const Value& v, CallArgs& a) {
   const ValueList& lines = *lines_v.list;
   std::string out;
   if (b && truthy(*b)) {
-    for (size_t k = 0; k < lines.size(); ++k) out += (k ? "\n" + ind : "") + lines[k].s;
+    for (size_t k = 0; k < lines.size() && out.size() <= kMaxStringBytes; ++k)
+      out += (k ? "\n" + ind : "") + lines[k].s;
   } else {
     out = lines.empty() ? "" : lines[0].s;
-    for (size_t k = 1; k < lines.size(); ++k)
+    for (size_t k = 1; k < lines.size() && out.size() <= kMaxStringBytes; ++k)
       out += "\n" + (lines[k].s.empty() ? "" : ind + lines[k].s);
   }
   if (f && truthy(*f)) out = ind + out;
+  if (out.size() > kMaxStringBytes) return err("string too large");
   return Value::string(std::move(out));
 }
 

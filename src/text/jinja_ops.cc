@@ -15,7 +15,10 @@ Result<Value> repeat(const ValueList* list, const std::string* s, int64_t n, Kin
   if (n <= 0)
     return list ? (kind == Kind::kTuple ? Value::make_tuple({}) : Value::make_list())
                 : Value::string("");
-  size_t unit = list ? list->size() * sizeof(Value) : s->size();
+  // Elements are copies: a list's unit counts the strings it holds, not only its slots.
+  size_t unit = s ? s->size() : 0;
+  if (list)
+    for (const Value& x : *list) unit += sizeof(Value) + value_bytes(x, kMaxStringBytes);
   if (unit && static_cast<uint64_t>(n) > kMaxStringBytes / unit)
     return err("repetition result larger than {} bytes", kMaxStringBytes);
   if (s) {
@@ -147,7 +150,8 @@ Result<Value> binary_op(std::string_view op, const Value& a, const Value& b) {
       return Value::string(a.s + b.s);
     }
     if (a.is_sequence() && a.kind == b.kind) {
-      if (a.list->size() + b.list->size() > kMaxStringBytes / sizeof(Value))
+      if (a.list->size() + b.list->size() > kMaxStringBytes / sizeof(Value) ||
+          value_bytes(a, kMaxStringBytes) + value_bytes(b, kMaxStringBytes) > kMaxStringBytes)
         return err("list too large");
       ValueList out = *a.list;
       out.insert(out.end(), b.list->begin(), b.list->end());

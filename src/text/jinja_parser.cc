@@ -215,6 +215,8 @@ Result<Body> Parser::parse_body(std::initializer_list<std::string_view> end_name
       auto s = std::make_unique<Stmt>();
       s->kind = StmtKind::kText;
       s->text = tok.text;
+      s->line = tok.line;
+      s->col = tok.col;
       body.push_back(std::move(s));
       advance();
     } else if (tok.type == Tok::kVarBegin) {

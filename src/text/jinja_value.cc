@@ -398,6 +398,37 @@ std::string py_float_repr(double d) {
   return out;
 }
 
+namespace {
+
+// Depth-bounded: a namespace holding itself is walked only until `cap` or 512 levels.
+void add_bytes(const Value& v, size_t cap, int depth, size_t& total) {
+  total += v.s.size();
+  if (depth > 512) return;
+  if (v.list) {
+    for (const Value& x : *v.list) {
+      if (total > cap) return;
+      total += sizeof(Value);
+      add_bytes(x, cap, depth + 1, total);
+    }
+  }
+  if (v.dict) {
+    for (const auto& [k, x] : v.dict->items) {
+      if (total > cap) return;
+      total += 2 * sizeof(Value);
+      add_bytes(k, cap, depth + 1, total);
+      add_bytes(x, cap, depth + 1, total);
+    }
+  }
+}
+
+}  // namespace
+
+size_t value_bytes(const Value& v, size_t cap) {
+  size_t total = 0;
+  add_bytes(v, cap, 0, total);
+  return total;
+}
+
 std::string py_str(const Value& v) {
   switch (v.kind) {
     case Kind::kUndefined:

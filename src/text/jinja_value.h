@@ -102,6 +102,10 @@ bool equals(const Value& a, const Value& b);
 // a < b with Python's rules; an error for unorderable types.
 Result<bool> less_than(const Value& a, const Value& b);
 
+// What copying `v` costs: its string bytes, plus sizeof(Value) and the weight of every element of
+// a list, tuple or dict, at any depth (512 at most). Stops counting once past `cap`.
+size_t value_bytes(const Value& v, size_t cap);
+
 // Python's str() and repr(); str() of undefined is "".
 std::string py_str(const Value& v);
 std::string py_repr(const Value& v);

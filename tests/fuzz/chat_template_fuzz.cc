@@ -30,7 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       {"add_generation_prompt", Value::boolean(true)},
       {"tools", Value::none()},
       {"bos_token", Value::string("<s>")}};
-  auto out = render(*body, vars, RenderLimits{size_t{1} << 20, 200000});
+  auto out = render(*body, vars, RenderLimits{size_t{1} << 20, 200000, size_t{64} << 20});
   (void)out;
   return 0;
 }

@@ -69,6 +69,22 @@ def test_recipe_rule_matching_nothing(tq_bin, src, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "src"]
 
 
+def test_costly_recipe_regex_is_refused_in_under_a_second(tq_bin, src, tmp_path):
+    # Issue 31: this one-line recipe used to backtrack for minutes.
+    recipe = tmp_path / "r.json"
+    recipe.write_text(json.dumps({"rules": [{"match": "re:(.*.*)*X", "bits": 8}]}))
+    r, secs = run_tq(tq_bin, "convert", src, "-o", tmp_path / "out", "--recipe", recipe,
+                     "--dry-run")
+    assert_one_line_error(r, f"{recipe} rule 1: pattern too costly to match: 're:(.*.*)*X'",
+                          "PCRE2 match limit exceeded")
+    assert secs < 1, secs
+    r, secs = run_tq(tq_bin, "convert", src, "-o", tmp_path / "out", "--keep-float",
+                     "re:(a+)+b")
+    assert_one_line_error(r, "--keep-float 're:(a+)+b': pattern too costly to match")
+    assert secs < 1, secs
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "src"]
+
+
 def test_smollm2_group_128_names_the_module_and_how_to_choose(tq_bin, smollm2_gguf, tmp_path):
     for extra in ([], ["--dry-run"]):
         r, secs = run_tq(tq_bin, "convert", smollm2_gguf, "-o", tmp_path / "out",

@@ -2,6 +2,8 @@
 // against jinja2 by tests/oracle/test_chat_template.py.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <nlohmann/json.hpp>
 
 #include "text/chat_template.h"
@@ -181,6 +183,50 @@ TEST(ChatTemplate, HostileTemplatesStopCleanly) {
         "{{ 1 is }}", "}}{{ ]", "{{ [1][0:1:,2] }}"}) {
     auto p = apply_chat_template(bad, json::array(), true, json::object());
     EXPECT_FALSE(p.ok()) << bad;
+  }
+}
+
+// A template comes with the checkpoint: under the default limits a huge loop, runaway recursion
+// and string growth (doubling, or copying one large string every iteration, which the step
+// limit alone let run for hours) each end in a clear error within seconds.
+TEST(ChatTemplate, DefaultLimitsStopHostileTemplatesQuickly) {
+  std::string ten_sets;
+  for (int i = 0; i < 10; ++i) ten_sets += "{% set x = i %}";
+  const std::pair<std::string, std::string_view> cases[] = {
+      {"{% for i in range(100000) %}" + ten_sets + "{% endfor %}",
+       "template ran more than 1000000 steps"},
+      {"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+       "template ran more than 1000000 steps"},
+      {"{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+       "macro calls nested deeper than 64"},
+      {"{% set ns = namespace(s='x') %}{% for i in range(100) %}{% set ns.s = ns.s ~ ns.s %}"
+       "{% endfor %}",
+       "string larger than 67108864 bytes"},
+      {"{{ 'x' * 40000000 ~ 'x' * 40000000 }}", "string larger than 67108864 bytes"},
+      {"{% set s = 'x' * 60000000 %}{% for i in range(100000) %}{% set t = s ~ 'y' %}"
+       "{% endfor %}",
+       "template made more than 1073741824 bytes of values (work limit)"},
+      {"{% set s = 'x' * 60000000 %}{% for i in range(100000) %}{% if 'y' in s %}{% endif %}"
+       "{% endfor %}",
+       "(work limit)"},
+      {"{% set l = [['x' * 10000000]] %}{% for i in range(100000) %}{% if l == l %}{% endif %}"
+       "{% endfor %}",
+       "(work limit)"},
+      {"{% for i in range(100000) %}{% set x %}" + std::string(100000, 'z') +
+           "{% endset %}{% endfor %}",
+       "line 1 col 40: template made more than"},
+      {"{% set s = 'x' * 1000000 %}{{ ([s] * 1000)|length }}",
+       "repetition result larger than 67108864 bytes"},
+      {"{{ ('a\\n' * 100000)|indent('x' * 100000) }}", "string too large"},
+      {"{% set ns = namespace() %}{% set ns.a = ns %}{% set ns.b = ns %}{{ [ns]|length }}",
+       "(work limit)"},
+  };
+  for (const auto& [tmpl, want] : cases) {
+    auto t0 = std::chrono::steady_clock::now();
+    std::string e = error_of(tmpl);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_NE(e.find(want), std::string::npos) << tmpl.substr(0, 120) << " -> " << e;
+    EXPECT_LT(secs, 5.0) << tmpl.substr(0, 120);
   }
 }
 

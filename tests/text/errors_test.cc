@@ -1,6 +1,8 @@
 // Bad tokenizer.json files give one-line errors naming the file and the component; never a crash.
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include <nlohmann/json.hpp>
 
 #include "text/tokenizer.h"
@@ -111,6 +113,22 @@ TEST(TokenizerErrors, BadComponentContents) {
   j = minimal();
   j["added_tokens"] = json::array({{{"id", -1}, {"content", "<s>"}}});
   expect_error(j, "'id' out of range");
+}
+
+// A split or replace regex that backtracks exponentially would stall every encode; it is refused
+// when the tokenizer loads, quickly, with the pattern and the subject that exceeded the limit.
+TEST(TokenizerErrors, CostlyRegexIsRejected) {
+  json j = minimal();
+  j["pre_tokenizer"] = {{"type", "Split"},
+                        {"pattern", {{"Regex", "(\\w+\\s?)+$"}}},
+                        {"behavior", "Isolated"},
+                        {"invert", false}};
+  auto t0 = std::chrono::steady_clock::now();
+  expect_error(j, "regex '(\\w+\\s?)+$' is too costly to match: match limit exceeded on a run of");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  j = minimal();
+  j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Regex", "(a|aa)+b"}}}, {"content", "x"}};
+  expect_error(j, "regex '(a|aa)+b' is too costly to match");
 }
 
 TEST(TokenizerErrors, DeepNestingIsRejected) {

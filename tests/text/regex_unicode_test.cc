@@ -51,6 +51,32 @@ TEST(Regex, LiteralEscapesMetacharacters) {
   EXPECT_EQ(re->find_all("a.b(c) axb(c)"), (Matches{{0, 6}}));
 }
 
+TEST(Regex, LimitsLeaveLongLinearMatchesWhole) {
+  // The match limit bounds backtracking, not subject length: one match over 4 MB still works.
+  std::string spaces(4 << 20, ' ');
+  EXPECT_EQ(find("\\s+(?!\\S)|\\s+", spaces + "x"),
+            (Matches{{0, spaces.size() - 1}, {spaces.size() - 1, spaces.size()}}));
+  EXPECT_EQ(find(" ?\\p{L}+", std::string(1 << 20, 'a')), (Matches{{0, 1u << 20}}));
+}
+
+TEST(Regex, WholeMatchesAndCostChecks) {
+  auto re = Regex::compile_whole("model\\.layers\\.\\d+\\..*_proj");
+  ASSERT_TRUE(re.ok());
+  EXPECT_TRUE(*re->match_whole("model.layers.3.mlp.up_proj"));
+  EXPECT_FALSE(*re->match_whole("model.layers.3.mlp.up_proj.weight"));
+  EXPECT_FALSE(*re->match_whole("xmodel.layers.3.mlp.up_proj"));
+  EXPECT_TRUE(re->check_cost().ok());
+  auto bad = Regex::compile_whole("(");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message.rfind("missing closing parenthesis at offset 1", 0), 0u);
+  auto costly = Regex::compile_whole("(.*.*)*X");
+  ASSERT_TRUE(costly.ok());
+  Status st = costly->check_cost();
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().message, "match limit exceeded on a run of 128 'a'");
+  EXPECT_FALSE(costly->match_whole(std::string(40, 'a') + "X!").ok());
+}
+
 TEST(Unicode, LossyReplacesMaximalSubparts) {
   EXPECT_EQ(utf8_lossy("ok"), "ok");
   EXPECT_EQ(utf8_lossy("a\xFF"
