@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""tq against llama.cpp (node-llama-cpp, CPU) on the same models, same prompt lengths, same
-threads, alternated in one run. Prints prefill and decode tok/s of both and the ratios tq/llama.
+"""tq against llama.cpp on the same models, same prompt lengths, same threads, alternated in one
+run. Two llama.cpp peers: node-llama-cpp's prebuilt (CPU) and llama.cpp built natively for this
+CPU from the llama-cpp-python sdist (build_llamacpp.sh, cached; its llama-bench: prefill `-p L`,
+decode `-n GEN -d L` at a KV depth of L). Ratios are tq over the faster peer per number.
 
 Pairs (built into $TQ_CACHE/bench/vs-llamacpp when missing, see make_artifacts.py):
   SmolLM2-135M: our MLX 4-bit g64 vs its GGUF Q4_1; our MLX 8-bit g64 vs GGUF Q8_0.
-Usage: run.py [--threads 2] [--prompt-lengths 128,512,2048] [--gen 128] [--repeat 1] [--activations auto]
---repeat N runs the two engines N times each, alternated one run at a time; medians are printed.
+  Llama-3.2-1B geometry (random weights): 4-bit g64 vs Q4_0; 8-bit g64 vs Q8_0.
+Usage: run.py [--threads 2] [--prompt-lengths 128,512,2048] [--gen 128] [--repeat 1]
+              [--activations auto] [--pairs smol-q4,...] [--peers node,native]
+--repeat N runs the engines N times each, alternated one run at a time; medians are printed.
 """
 import argparse
 import json
@@ -40,6 +44,22 @@ def llama_bench(gguf, vocab, a):
     return {p["prompt_len"]: (p["prefill_tok_s"], p["decode_tok_s"]) for p in j["points"]}
 
 
+def native_bench(gguf, a, bin_dir):
+    """llama-bench (native build): prefill of L tokens, and decode of --gen tokens at depth L."""
+    lb = str(Path(bin_dir) / "llama-bench")
+    common = ["-m", str(gguf), "-t", str(a.threads), "-r", "1", "-o", "json", "-ngl", "0"]
+    pre = subprocess.run([lb, *common, "-p", a.prompt_lengths, "-n", "0"], capture_output=True,
+                         text=True, check=True)
+    dec = subprocess.run([lb, *common, "-p", "0", "-n", str(a.gen), "-d", a.prompt_lengths],
+                         capture_output=True, text=True, check=True)
+    out = {}
+    for t in json.loads(pre.stdout):
+        out.setdefault(t["n_prompt"], [0.0, 0.0])[0] = t["avg_ts"]
+    for t in json.loads(dec.stdout):
+        out.setdefault(t["n_depth"], [0.0, 0.0])[1] = t["avg_ts"]
+    return {n: tuple(v) for n, v in out.items()}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
@@ -48,7 +68,15 @@ def main():
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--activations", default="auto", help="tq --activations (auto, int8, f32)")
     ap.add_argument("--pairs", default="smol-q4,smol-q8,1b-q4,1b-q8")
+    ap.add_argument("--peers", default="node,native", help="llama.cpp peers: node, native")
     a = ap.parse_args()
+    peers = a.peers.split(",")
+    native_bin = None
+    if "native" in peers:
+        r = subprocess.run([str(HERE / "build_llamacpp.sh")], capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"run.py: native llama.cpp build failed:\n{r.stderr}")
+        native_bin = r.stdout.strip().splitlines()[-1]
     pairs = {
         "smol-q4": (WORK / "smollm2-q4g64", CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"),
         "smol-q8": (WORK / "smollm2-q8g64", WORK / "smollm2-Q8_0.gguf"),
@@ -56,35 +84,44 @@ def main():
         "1b-q8": (WORK / "llama1b-q8g64", WORK / "llama1b-Q8_0.gguf"),
     }
     print(f"threads {a.threads}, prompt lengths {a.prompt_lengths}, gen {a.gen}, "
-          f"repeat {a.repeat}, tq --activations {a.activations}")
-    print(f"{'pair':10} {'len':>5} {'tq pre':>9} {'llama pre':>9} {'ratio':>6} "
-          f"{'tq dec':>8} {'llama dec':>9} {'ratio':>6}")
+          f"repeat {a.repeat}, tq --activations {a.activations}, peers {a.peers}")
+    cols = "".join(f" {p + ' pre':>10}" for p in peers)
+    cold = "".join(f" {p + ' dec':>10}" for p in peers)
+    print(f"{'pair':10} {'len':>5} {'tq pre':>9}{cols} {'ratio':>6} {'tq dec':>8}{cold} "
+          f"{'ratio':>6}")
     for name in a.pairs.split(","):
         ours, gguf = pairs[name]
         if not ours.exists() or not gguf.exists():
             print(f"{name}: missing {ours if not ours.exists() else gguf}; run make_artifacts.py")
             continue
         vocab = json.loads((ours / "config.json").read_text())["vocab_size"]
-        # Alternate one repeat at a time: llama, tq, llama, tq ... so drift in machine load
-        # (this VM's is +-15-30% over minutes) hits both; medians per engine afterwards.
+        # Alternate one repeat at a time: peers, tq, peers, tq ... so drift in machine load
+        # (this VM's is +-15-30% over minutes) hits every engine; medians per engine afterwards.
         one = argparse.Namespace(**{**vars(a), "repeat": 1})
-        ls, ts = [], []
+        runs = {p: [] for p in peers}
+        ts = []
         for _ in range(a.repeat):
-            ls.append(llama_bench(gguf, vocab, one))
+            for p in peers:
+                runs[p].append(llama_bench(gguf, vocab, one) if p == "node"
+                               else native_bench(gguf, one, native_bin))
             t1, tj = tq_bench(ours, one)
             ts.append(t1)
         for n in sorted(ts[0]):
             tp = statistics.median(t[n][0] for t in ts)
             td = statistics.median(t[n][1] for t in ts)
-            lp = statistics.median(l[n][0] for l in ls)
-            ld = statistics.median(l[n][1] for l in ls)
-            print(f"{name:10} {n:5d} {tp:9.1f} {lp:9.1f} {tp / lp:6.2f} {td:8.1f} {ld:9.1f} "
-                  f"{td / ld:6.2f}")
+            pp = {p: statistics.median(r[n][0] for r in runs[p]) for p in peers}
+            pd = {p: statistics.median(r[n][1] for r in runs[p]) for p in peers}
+            pre = "".join(f" {pp[p]:10.1f}" for p in peers)
+            dec = "".join(f" {pd[p]:10.1f}" for p in peers)
+            print(f"{name:10} {n:5d} {tp:9.1f}{pre} {tp / max(pp.values()):6.2f} {td:8.1f}{dec} "
+                  f"{td / max(pd.values()):6.2f}")
         print(f"{'':10} tq roofline {tj['roofline_decode_tok_s']:.1f} tok/s "
               f"({tj['bytes_per_token'] / 1e6:.1f} MB/token at "
               f"{tj['bandwidth_bytes_s'] / 1e9:.1f} GB/s); {tj['runtime']}")
+        c = tj["cpu"]
+        print(f"{'':10} cpu {c['model']} (family {c['family']} model {c['model_number']}), "
+              f"{c['simd']}, int8 {c['int8']}, amx {c['amx']}")
         sys.stdout.flush()
-
 
 if __name__ == "__main__":
     main()
