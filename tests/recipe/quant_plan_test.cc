@@ -91,7 +91,9 @@ TEST(QuantPlan, FpModesTakeTheirDefaultsAndU8Scales) {
     EXPECT_EQ(p->global, (QuantSpec{mode, bits, group}));
     for (const auto& d : p->stored_tensors()) {
       EXPECT_EQ(d.name.find(".biases"), std::string::npos) << d.name;
-      if (d.name.ends_with(".scales")) EXPECT_EQ(d.dtype, DType::kU8);
+      if (d.name.ends_with(".scales")) {
+        EXPECT_EQ(d.dtype, DType::kU8);
+      }
     }
     // An embedding row of 128 weights: bits + one 8-bit scale per group.
     const PlanEntry& e = entry(*p, "model.embed_tokens.weight");
