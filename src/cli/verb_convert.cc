@@ -216,6 +216,13 @@ Status run_convert_verb(const ConvertArgs& a) {
     }
     TQ_TRY(alloc, allocate_convert_plan(job, req));
     allocation = alloc->record;
+    if (alloc->uniform.uniform_better)
+      std::fprintf(stderr,
+                   "tq convert: warning: uniform %s (%llu bytes) is predicted better than this "
+                   "allocation: summed KL %.6g vs %.6g nats from the same table\n",
+                   quant_spec_str(*alloc->uniform.spec).c_str(),
+                   static_cast<unsigned long long>(alloc->uniform.bytes),
+                   alloc->uniform.predicted_kl, alloc->plan.predicted_kl);
     o.extra_metadata["allocation"] = allocation;
   }
   SizeStats plan_size = job.plan.size();
@@ -227,6 +234,7 @@ Status run_convert_verb(const ConvertArgs& a) {
                           {"bytes", plan_size.bytes},
                           {"bpw", plan_size.bpw},
                           {"dtype", dtype_name(job.plan.dtype)},
+                          {"dtype_reason", job.dtype_reason},
                           {"quantization", job.plan.quantization_json()},
                           {"modules", job.plan.modules_json()}};
       if (alloc) j["allocation"] = allocation;
@@ -240,6 +248,11 @@ Status run_convert_verb(const ConvertArgs& a) {
             a.target_bpw ? fmt::format("{} bpw", *a.target_bpw).c_str()
                          : (a.target_size + " bytes").c_str(),
             plan_size.bpw, alloc->plan.predicted_kl, alloc->free_modules, alloc->pinned_modules);
+      if (alloc && alloc->uniform.spec)
+        std::printf("uniform:    %s at %llu bytes, predicted summed KL %.6g nats\n",
+                    quant_spec_str(*alloc->uniform.spec).c_str(),
+                    static_cast<unsigned long long>(alloc->uniform.bytes),
+                    alloc->uniform.predicted_kl);
     }
     return ok_status();
   }
@@ -285,6 +298,7 @@ Status run_convert_verb(const ConvertArgs& a) {
                         {"seconds", s.seconds},
                         {"files", s.files},
                         {"bytes_in_f32", s.bytes_in}};
+    if (alloc) j["allocation"] = allocation;
     std::printf("%s\n", j.dump(2).c_str());
   }
   std::fprintf(stderr, "tq convert: wrote %s in %.1f s\n", a.out.c_str(), s.seconds);
@@ -312,8 +326,9 @@ const bool kRegistered = register_verb({
                      "weights per scale (affine: 32, 64 or 128; default 64; fp modes fixed)");
       app.add_option("--mode", a->mode, "affine (default), mxfp4, nvfp4 or mxfp8");
       app.add_option("--dtype", a->dtype,
-                     "float tensors and affine scales: f32, f16 or bf16 (default: the source's "
-                     "float dtype; bf16 for GGUF)")
+                     "float tensors and affine scales: f32, f16 or bf16 (default: bf16 when "
+                     "anything is quantized, f16 for an f16 source; else the source's float "
+                     "dtype, bf16 for GGUF)")
           ->check(CLI::IsMember({"f32", "f16", "bf16"}));
       app.add_option("--keep-float", a->keep_float,
                      "keep matching modules float: glob on the module path, re:REGEX or "

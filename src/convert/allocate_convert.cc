@@ -103,6 +103,7 @@ Result<AllocateOutcome> allocate_convert_plan(ConvertJob& job, const AllocateReq
   budget.fixed_params = before.params - free_params;
   budget.fixed_bytes = before.bytes - free_bytes;
   TQ_TRY(AllocPlan ap, allocate(mods, AllocConstraints{}, budget));
+  const UniformComparison uni = compare_with_uniform(mods, ap);
 
   std::map<std::string, std::pair<QuantSpec, int>> counts;  // label -> (spec, modules)
   for (size_t i = 0; i < free.size(); ++i) {
@@ -139,6 +140,11 @@ Result<AllocateOutcome> allocate_convert_plan(ConvertJob& job, const AllocateReq
       {"free_modules", out.free_modules},
       {"pinned_modules", pinned},
       {"spec_counts", spec_counts},
+      {"uniform",
+       {{"spec", uni.spec ? json(quant_spec_str(*uni.spec)) : json(nullptr)},
+        {"predicted_kl", uni.spec ? json(uni.predicted_kl) : json(nullptr)},
+        {"bytes", uni.spec ? json(uni.bytes) : json(nullptr)},
+        {"predicted_better", uni.uniform_better}}},
       {"sensitivity",
        {{"path", path},
         {"sha256", table_sha},
@@ -148,6 +154,7 @@ Result<AllocateOutcome> allocate_convert_plan(ConvertJob& job, const AllocateReq
         {"seq_len", table.calibration.seq_len}}},
   };
   out.plan = std::move(ap);
+  out.uniform = uni;
   return out;
 }
 

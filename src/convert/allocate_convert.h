@@ -26,8 +26,9 @@ struct AllocateRequest {
 };
 
 struct AllocateOutcome {
-  AllocPlan plan;         // the allocator's plan over the free modules (+ fixed rest)
-  nlohmann::json record;  // what tq_metadata.json's "allocation" holds
+  AllocPlan plan;             // the allocator's plan over the free modules (+ fixed rest)
+  nlohmann::json record;      // what tq_metadata.json's "allocation" holds
+  UniformComparison uniform;  // the best uniform plan of at most the same bytes
   int free_modules = 0, pinned_modules = 0;
 };
 

@@ -133,6 +133,10 @@ DType default_output_dtype(const ModelSource& src) {
   return DType::kF32;
 }
 
+DType default_quantized_dtype(const ModelSource& src) {
+  return default_output_dtype(src) == DType::kF16 ? DType::kF16 : DType::kBF16;
+}
+
 Result<ConvertJob> prepare_convert(const ConvertOptions& opts,
                                    std::vector<WeightTransform*> transforms) {
   ConvertJob job;
@@ -148,6 +152,16 @@ Result<ConvertJob> prepare_convert(const ConvertOptions& opts,
     TQ_TRY(po.recipe, resolve_recipe(opts, cfg));
   }
   TQ_TRY(job.plan, build_plan(cfg, po));
+  if (opts.dtype) {
+    job.dtype_reason = "given by --dtype";
+  } else if (job.plan.any_quantized()) {
+    // f32 scales double the per-group cost; quantized outputs take 16-bit floats.
+    job.plan.dtype = default_quantized_dtype(job.source);
+    job.dtype_reason = "default for quantized output";
+  } else {
+    job.dtype_reason = job.source.kind == SourceKind::kGguf ? "default for a GGUF source"
+                                                            : "the source's float dtype";
+  }
   if (transforms.empty()) {
     for (const auto& e : job.plan.entries)
       if (!job.source.tensors->find(e.name))
@@ -270,6 +284,7 @@ Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
          "last 64 KiB of each weight file"}}},
       {"options", opts.options_record},
       {"dtype", dtype_name(plan.dtype)},
+      {"dtype_reason", job.dtype_reason},
       {"quantization", plan.quantization_json()},
       {"modules", plan.modules_json()},
       {"module_info", module_info},

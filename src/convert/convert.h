@@ -36,7 +36,8 @@ struct ConvertProgress {
 struct ConvertOptions {
   std::string source;
   std::string dest;
-  std::optional<DType> dtype;  // default: the source's float dtype (bf16 for GGUF)
+  std::optional<DType> dtype;  // default: default_quantized_dtype if any module is quantized,
+                               // else default_output_dtype
   PlanOptions plan;            // plan.dtype and plan.recipe are filled in by prepare_convert
   std::string recipe;          // --recipe: a preset (mixed_3_6, ...) or a recipe JSON file
   uint64_t max_shard_bytes = 5ull << 30;
@@ -52,11 +53,14 @@ struct ConvertJob {
   ModelSource source;
   nlohmann::json config;  // output config.json (transforms applied, quantization not yet)
   QuantPlan plan;
+  std::string dtype_reason;  // why plan.dtype: "given by --dtype", "default for quantized output"
   std::vector<WeightTransform*> transforms;  // not owned
 };
 
-// The float dtype a conversion writes when --dtype is not given.
+// The float dtype a float-only conversion writes when --dtype is not given: the source's.
 DType default_output_dtype(const ModelSource& src);
+// The same for an output with quantized modules: f16 for an f16 source, else bf16.
+DType default_quantized_dtype(const ModelSource& src);
 
 Result<ConvertJob> prepare_convert(const ConvertOptions& opts,
                                    std::vector<WeightTransform*> transforms = {});

@@ -69,8 +69,8 @@ std::vector<std::string> describe_plan(const ConvertJob& job) {
       "source   {} ({}, {} {} layers, hidden {}, vocab {}, tied {})", job.source.path,
       source_kind_name(job.source.kind), family_name(p.config.family), p.config.num_hidden_layers,
       p.config.hidden_size, p.config.vocab_size, p.config.tie_word_embeddings ? "yes" : "no"));
-  out.push_back(fmt::format("global   {}; float tensors and affine scales as {}",
-                            quant_spec_str(p.global), dtype_name(p.dtype)));
+  out.push_back(fmt::format("global   {}; float tensors and affine scales as {} ({})",
+                            quant_spec_str(p.global), dtype_name(p.dtype), job.dtype_reason));
   for (const WeightTransform* t : job.transforms)
     for (const auto& line : t->describe()) out.push_back("transform " + line);
   out.push_back(fmt::format("{:<44} {:<16} {:<22} {:>8} {:>12}  {}", "module", "shape", "spec",

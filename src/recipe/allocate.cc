@@ -182,4 +182,40 @@ Result<AllocPlan> allocate(std::span<const AllocModule> modules, const AllocCons
   return plan;
 }
 
+UniformComparison compare_with_uniform(std::span<const AllocModule> modules,
+                                       const AllocPlan& plan) {
+  UniformComparison out;
+  if (modules.empty() || plan.modules.size() != modules.size()) return out;
+  uint64_t chosen = 0;
+  for (const AllocChoice& c : plan.modules) chosen += c.option.bytes;
+  const uint64_t rest = plan.bytes - chosen;  // tensors outside the modules
+  for (const AllocOption& first : modules[0].options) {
+    if (!first.spec || !first.measured) continue;
+    double kl = 0;
+    uint64_t bytes = rest;
+    bool everywhere = true;
+    for (const AllocModule& m : modules) {
+      auto it = std::find_if(m.options.begin(), m.options.end(), [&](const AllocOption& o) {
+        return o.measured && o.spec == first.spec;
+      });
+      if (it == m.options.end()) {
+        everywhere = false;
+        break;
+      }
+      kl += it->kl;
+      bytes += it->bytes;
+    }
+    if (!everywhere || bytes > plan.bytes) continue;
+    if (!out.spec || kl < out.predicted_kl) {
+      out.spec = first.spec;
+      out.predicted_kl = kl;
+      out.bytes = bytes;
+    }
+  }
+  // A relative margin keeps summation-order noise from raising the warning.
+  out.uniform_better =
+      out.spec && out.predicted_kl < plan.predicted_kl - 1e-9 * std::fabs(plan.predicted_kl);
+  return out;
+}
+
 }  // namespace tq

@@ -81,6 +81,18 @@ struct AllocPlan {
 // also stores biases); params must be a multiple of the group size.
 uint64_t quantized_module_bytes(uint64_t params, const QuantSpec& spec, int scale_bytes);
 
+// The best uniform plan (one spec for every module) from the same options whose whole-model bytes
+// are at most the plan's: a guard on the allocator, which should never be predicted worse.
+struct UniformComparison {
+  std::optional<QuantSpec> spec;  // unset: no spec common to every module fits the plan's bytes
+  double predicted_kl = 0;        // summed KL of the uniform plan
+  uint64_t bytes = 0;             // whole-model bytes of the uniform plan
+  bool uniform_better = false;    // its predicted KL is below the plan's
+};
+
+// `plan` is allocate()'s result over `modules` (same order).
+UniformComparison compare_with_uniform(std::span<const AllocModule> modules, const AllocPlan& plan);
+
 // Errors: no modules, a module without allowed options (naming the constraint), a budget below
 // the smallest allowed plan (naming both in bpw and bytes), a bad target.
 Result<AllocPlan> allocate(std::span<const AllocModule> modules, const AllocConstraints& cons,

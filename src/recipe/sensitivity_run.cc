@@ -110,7 +110,45 @@ Status check_resumable(const SensitivityTable& old, const SensitivityTable& now,
   return ok_status();
 }
 
+bool is_mlp(TensorRole r) {
+  return r == TensorRole::kMlpGate || r == TensorRole::kMlpUp || r == TensorRole::kMlpDown;
+}
+
 }  // namespace
+
+double estimate_measure_seconds(const ModelConfig& cfg, std::span<const ModuleSensitivity> all,
+                                std::span<const ModuleSensitivity> todo,
+                                std::span<const QuantSpec> specs, double reference_s) {
+  const int64_t L = cfg.num_hidden_layers;
+  std::vector<double> attn(static_cast<size_t>(std::max<int64_t>(L, 0)), 0.0), mlp(attn);
+  for (const ModuleSensitivity& m : all) {
+    if (m.layer < 0 || m.layer >= L) continue;
+    (is_mlp(m.role) ? mlp : attn)[static_cast<size_t>(m.layer)] += static_cast<double>(m.params);
+  }
+  const double head = static_cast<double>(cfg.vocab_size) * static_cast<double>(cfg.hidden_size);
+  auto from_layer = [&](int64_t l) {  // weights of layers l..end plus the head
+    double w = head;
+    for (int64_t i = std::max<int64_t>(l, 0); i < L; ++i)
+      w += attn[static_cast<size_t>(i)] + mlp[static_cast<size_t>(i)];
+    return w;
+  };
+  const double full = from_layer(0);
+  if (full <= 0) return 0;
+  double units = 0;
+  for (const ModuleSensitivity& m : todo) {
+    double cost = from_layer(0);  // the embedding re-runs everything
+    if (m.role == TensorRole::kLmHead) {
+      cost = head;
+    } else if (m.layer >= 0 && m.layer < L) {
+      cost = from_layer(m.layer);
+      if (is_mlp(m.role)) cost -= attn[static_cast<size_t>(m.layer)];  // only the MLP half
+    }
+    const int64_t cols = m.shape.size() == 2 ? m.shape[1] : 0;
+    for (const QuantSpec& s : specs)
+      if (s.group_size > 0 && cols % s.group_size == 0) units += cost / full;
+  }
+  return units * reference_s;
+}
 
 Result<SensitivityRunResult> run_sensitivity(
     const SensitivityRunOptions& o, const std::function<void(const std::string&)>& log,
@@ -199,7 +237,13 @@ Result<SensitivityRunResult> run_sensitivity(
     return std::chrono::duration<double>(Clock::now() - a).count();
   };
   TQ_TRY(SensitivityMeter meter, SensitivityMeter::prepare(*runner, calib));
-  log(fmt::format("reference pass {:.1f} s", since(t0)));
+  const double ref_s = since(t0);
+  log(fmt::format("reference pass {:.1f} s", ref_s));
+  const double est = estimate_measure_seconds(cfg, order, todo, specs, ref_s);
+  log(
+      fmt::format("estimated time for the measurements: {} (from the reference pass; the "
+                  "progress line updates it)",
+                  est >= 120 ? fmt::format("{:.0f} min", est / 60) : fmt::format("{:.0f} s", est)));
 
   SensitivityProgress p;
   p.total = static_cast<int64_t>(todo.size() * specs.size());

@@ -6,10 +6,12 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "base/result.h"
+#include "model/model_config.h"
 #include "recipe/sensitivity.h"
 #include "rotate/fold_plan.h"
 
@@ -45,7 +47,15 @@ struct SensitivityRunResult {
 // The SOTU corpus directory the setup script installs.
 std::string default_sensitivity_calib();
 
-// `log` gets one-off lines (plan, reference pass); `progress` gets a call after every spec.
+// Seconds the measurements of `todo` should take, from the reference pass (one full forward
+// over the windows): each measurement re-runs only the layers from its module's on, plus the
+// head. `all` is every quantizable module (their weights give each layer's share).
+double estimate_measure_seconds(const ModelConfig& cfg, std::span<const ModuleSensitivity> all,
+                                std::span<const ModuleSensitivity> todo,
+                                std::span<const QuantSpec> specs, double reference_s);
+
+// `log` gets one-off lines (plan, reference pass, the estimate); `progress` gets a call after
+// every spec.
 Result<SensitivityRunResult> run_sensitivity(
     const SensitivityRunOptions& o, const std::function<void(const std::string&)>& log,
     const std::function<void(const SensitivityProgress&)>& progress);

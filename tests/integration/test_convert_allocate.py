@@ -67,8 +67,14 @@ def test_target_bpw_is_met_and_recorded(env, target):
     assert target - 0.02 <= dry["bpw"] <= target
     assert alloc["predicted_kl"] > 0 and alloc["pinned_modules"] == 1
     assert dry["modules"][PINNED] == "float"
+    # The guard against the best uniform plan of at most the same bytes, from the same table.
+    uni = alloc["uniform"]
+    assert uni["predicted_better"] is False
+    assert uni["spec"] and uni["bytes"] <= alloc["bytes"]
+    assert uni["predicted_kl"] >= alloc["predicted_kl"] * (1 - 1e-9)
     text = tq("convert", *common, "--dry-run").stdout
     assert "predicted summed KL" in text and f"{dry['bpw']:.4f} bpw" in text
+    assert f"uniform:    {uni['spec']} at {uni['bytes']} bytes" in text, text
 
     tq("convert", *common, "-o", out, "--db", db)
     info = json.loads(tq("inspect", out, "--json").stdout)
@@ -81,6 +87,7 @@ def test_target_bpw_is_met_and_recorded(env, target):
     a = meta["allocation"]
     assert a["target_bpw"] == target and a["achieved_bpw"] == pytest.approx(info["bpw"])
     assert a["predicted_kl"] == pytest.approx(alloc["predicted_kl"])
+    assert a["uniform"] == uni
     import hashlib
     assert a["sensitivity"]["sha256"] == hashlib.sha256(sens.read_bytes()).hexdigest()
 

@@ -34,7 +34,8 @@ def state(tq_bin, target):
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
     bits = info["quantization"]["global"]["bits"]
-    assert info["storage"] == {f"affine {bits}-bit g64": 16 * 7 + 1, "F32": 16 * 2 + 1}, info
+    # f32 source, quantized output: norms in bf16, the default for a quantized output
+    assert info["storage"] == {f"affine {bits}-bit g64": 16 * 7 + 1, "BF16": 16 * 2 + 1}, info
     return bits
 
 

@@ -65,6 +65,7 @@ MLX_LM_SAME = {
     "mxfp4": dict(q_mode="mxfp4"),
     "mixed_3_6": dict(q_group_size=64, quant_predicate="mixed_3_6"),
 }
+SOURCE_DTYPE = {"float32": "f32", "float16": "f16", "bfloat16": "bf16"}
 GEN = 16  # greedy tokens compared (tiny models)
 SMOL_GEN = 4
 CASES = [(m, s) for m in sorted(TINY) for s in SPECS] + [("smollm2", s) for s in SMOL_SPECS]
@@ -101,6 +102,8 @@ def converted(tmp_path_factory):
         if model not in sources:
             continue
         args = spec_args(spec, recipe)
+        if model in TINY:  # mlx_lm.convert keeps the source's dtype; our default would be bf16
+            args += ["--dtype", SOURCE_DTYPE[TINY[model]["torch_dtype"]]]
         dry = json.loads(tq("convert", sources[model], "--dry-run", "--json", *args).stdout)
         out = root / "out" / f"{model}-{spec}"
         summary = json.loads(tq("convert", sources[model], "-o", out, "--json", *args).stdout)

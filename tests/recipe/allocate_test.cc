@@ -244,5 +244,61 @@ TEST(Allocate, ModuleBytesMatchBitsPerWeight) {
                    quant_bits_per_weight(mx, 2));
 }
 
+// Two modules, 3-bit (100 bytes) or 4-bit (130 bytes); m0 is sensitive, m1 is not.
+std::vector<AllocModule> two_module_table() {
+  std::vector<AllocModule> mods(2);
+  mods[0].name = "m0";
+  mods[1].name = "m1";
+  for (auto& m : mods) m.params = 256;
+  mods[0].options = {{affine(3), 1.0, 100}, {affine(4), 0.1, 130}};
+  mods[1].options = {{affine(3), 0.01, 100}, {affine(4), 0.005, 130}};
+  return mods;
+}
+
+TEST(Allocate, UniformComparisonKeepsAnAllocationThatBeatsUniform) {
+  std::vector<AllocModule> mods = two_module_table();
+  AllocBudget b;
+  b.target_bytes = 50 + 230;
+  b.fixed_bytes = 50;
+  b.fixed_params = 64;
+  auto plan = allocate(mods, {}, b);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  EXPECT_NEAR(plan->predicted_kl, 0.11, 1e-12);  // m0 4-bit, m1 3-bit
+  UniformComparison u = compare_with_uniform(mods, *plan);
+  ASSERT_TRUE(u.spec);
+  EXPECT_EQ(*u.spec, affine(3));  // uniform 4-bit (310 bytes) does not fit 280
+  EXPECT_NEAR(u.predicted_kl, 1.01, 1e-12);
+  EXPECT_EQ(u.bytes, 250u);
+  EXPECT_FALSE(u.uniform_better);
+}
+
+TEST(Allocate, UniformComparisonFlagsAPlanUniformBeats) {
+  std::vector<AllocModule> mods = two_module_table();
+  // A cheaper 4-bit g128 option, and a plan that ignored it: uniform g128 is better and smaller.
+  mods[0].options.push_back({affine(4, 128), 0.06, 120});
+  mods[1].options.push_back({affine(4, 128), 0.04, 120});
+  AllocPlan plan;
+  plan.modules = {{"m0", TensorRole::kAttnQ, 256, mods[0].options[1]},
+                  {"m1", TensorRole::kAttnQ, 256, mods[1].options[1]}};
+  plan.predicted_kl = 0.105;
+  plan.bytes = 50 + 260;
+  UniformComparison u = compare_with_uniform(mods, plan);
+  ASSERT_TRUE(u.spec);
+  EXPECT_EQ(*u.spec, affine(4, 128));
+  EXPECT_NEAR(u.predicted_kl, 0.10, 1e-12);
+  EXPECT_EQ(u.bytes, 50u + 240u);
+  EXPECT_TRUE(u.uniform_better);
+
+  // No spec common to every module: nothing to compare with.
+  mods[0].options = {mods[0].options[1]};  // m0: 4-bit only
+  mods[1].options = {mods[1].options[0]};  // m1: 3-bit only
+  plan.modules = {{"m0", TensorRole::kAttnQ, 256, mods[0].options[0]},
+                  {"m1", TensorRole::kAttnQ, 256, mods[1].options[0]}};
+  plan.bytes = 50 + 230;
+  u = compare_with_uniform(mods, plan);
+  EXPECT_FALSE(u.spec);
+  EXPECT_FALSE(u.uniform_better);
+}
+
 }  // namespace
 }  // namespace tq
