@@ -74,6 +74,18 @@ std::string Normalizer::apply(std::string_view s) const {
   return std::string(s);
 }
 
+Status check_normalizer_growth(const Normalizer& n, const std::string& source) {
+  // Real normalizers grow text by a few bytes per character at most (" " -> U+2581, NFKD);
+  // a text grown more than this on a mixed probe would grow any long input without bound.
+  static constexpr std::string_view kProbe =
+      "The quick brown fox, 1234 jumps_over\tthe lazy dog! (e = mc^2) [ok] \"q\" ~/path.txt";
+  const size_t out = n.apply(kProbe).size(), limit = 16 * kProbe.size() + 256;
+  if (out > limit)
+    return err("{}: normalizer grows a {}-byte probe text to {} bytes (more than {}): refusing",
+               source, kProbe.size(), out, limit);
+  return ok_status();
+}
+
 Result<std::optional<Normalizer>> parse_normalizer(const nlohmann::json& j,
                                                    const std::string& source) {
   if (j.is_null()) return std::optional<Normalizer>();
@@ -108,6 +120,11 @@ Result<std::optional<Normalizer>> parse_normalizer(const nlohmann::json& j,
     TQ_TRY(n.content, req_string(j, "content", w));
     if (p.is_regex) {
       TQ_TRY(n.regex, Regex::compile(p.text, source));
+      // An empty match would insert `content` between every two characters (and chained
+      // Replaces multiply that): no real tokenizer does this, so it is refused.
+      for (auto [a, b] : n.regex->find_all("a A1,\n"))
+        if (a == b)
+          return err("{}: {}: pattern '{}' matches the empty string", source, w.what, p.text);
     } else {
       n.text = p.text;
     }

@@ -29,6 +29,9 @@ struct Normalizer {
 // Null -> nullopt. Unknown types are an error naming the type and the file.
 Result<std::optional<Normalizer>> parse_normalizer(const nlohmann::json& j,
                                                    const std::string& source);
+// Refuses a normalizer that grows a mixed probe text more than 16x: encode's cost and memory
+// must stay proportional to its input.
+Status check_normalizer_growth(const Normalizer& n, const std::string& source);
 
 // Replaces every non-overlapping occurrence of `pattern` (literal, or `regex` when given).
 std::string replace_all(std::string_view s, std::string_view pattern, const Regex* regex,

@@ -71,6 +71,7 @@ static Status build(const json& j, const std::string& source, Impl& m) {
     return p ? *p : kNull;
   };
   TQ_TRY(m.normalizer, parse_normalizer(part("normalizer"), source));
+  if (m.normalizer) TQ_CHECK_OK(check_normalizer_growth(*m.normalizer, source));
   TQ_TRY(m.pre_tokenizer, parse_pre_tokenizer(part("pre_tokenizer"), source));
   TQ_TRY(m.post_processor, parse_post_processor(part("post_processor"), source));
   TQ_TRY(m.decoder, parse_decoder(part("decoder"), source));

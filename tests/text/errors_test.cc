@@ -131,6 +131,30 @@ TEST(TokenizerErrors, CostlyRegexIsRejected) {
   expect_error(j, "regex '(a|aa)+b' is too costly to match");
 }
 
+// Found by scripts/fuzz-long (tokenizer_json_fuzz, 5 s timeout): Replace "\d{0}" inserts its
+// content between every two characters and a second one multiplies that (120 MB from a short
+// text). Text that normalizers grow without bound is refused when the tokenizer loads.
+TEST(TokenizerErrors, NormalizersThatBlowUpTextAreRejected) {
+  json j = minimal();
+  const std::string big(2000, 'z');
+  j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Regex", "\\d{0}"}}}, {"content", "x"}};
+  expect_error(j, "normalizer Replace: pattern '\\d{0}' matches the empty string");
+  j["normalizer"] = {{"type", "Sequence"},
+                     {"normalizers",
+                      {{{"type", "Replace"}, {"pattern", {{"Regex", "."}}}, {"content", big}},
+                       {{"type", "Replace"}, {"pattern", {{"String", "z"}}}, {"content", big}}}}};
+  auto t0 = std::chrono::steady_clock::now();
+  expect_error(j, "normalizer grows a");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  // What real tokenizers do (SentencePiece-style " " -> U+2581, then a prepend) still loads.
+  j["normalizer"] = {
+      {"type", "Sequence"},
+      {"normalizers",
+       {{{"type", "Prepend"}, {"prepend", "\u2581"}},
+        {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}}}};
+  EXPECT_TRUE(Tokenizer::from_json(j.dump(), "t.json").ok());
+}
+
 TEST(TokenizerErrors, DeepNestingIsRejected) {
   json n = {{"type", "NFC"}};
   for (int i = 0; i < 200; ++i) n = {{"type", "Sequence"}, {"normalizers", {n}}};
