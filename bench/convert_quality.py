@@ -21,7 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 TQ_BIN = os.environ.get("TQ_BIN", str(ROOT / "build" / "tq"))
 TQ_CACHE = pathlib.Path(os.environ.get("TQ_CACHE", pathlib.Path.home() / ".cache" / "turboquant"))
 GGUF = TQ_CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-WIKI = ROOT.parent / "shared" / "data" / "wikitext-2-raw" / "wiki.test.raw"
+WIKI = ROOT / "data" / "wikitext-2-raw" / "wiki.test.raw"
 RECIPE = {"bits": 4, "group_size": 64, "rules": [
     {"match": "model.embed_tokens", "bits": 6},
     {"match": "role:mlp_down", "bits": 6},

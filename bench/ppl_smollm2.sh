@@ -6,7 +6,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
 TQ_BIN="${TQ_BIN:-$TQ_BUILD/tq}"
 WINDOWS="${1:-64}"
-WIKI="$TQ_ROOT/../shared/data/wikitext-2-raw/wiki.test.raw"
+WIKI="$TQ_ROOT/data/wikitext-2-raw/wiki.test.raw"
 MODEL="$TQ_CACHE/bench/smollm2-135m-f32"
 if [[ ! -f "$MODEL/model.safetensors" ]]; then
   mkdir -p "$(dirname "$MODEL")"

@@ -38,7 +38,7 @@ def smollm2_gguf(tq_cache):
 
 @pytest.fixture(scope="session")
 def wiki_text():
-    return ROOT.parent / "shared" / "data" / "wikitext-2-raw" / "wiki.test.raw"
+    return ROOT / "data" / "wikitext-2-raw" / "wiki.test.raw"
 
 
 @pytest.fixture(scope="session", autouse=True)

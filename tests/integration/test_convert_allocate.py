@@ -16,7 +16,7 @@ import tinymodels  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TQ_BIN = os.environ.get("TQ_BIN", str(REPO / "build" / "tq"))
-WIKI = REPO.parent / "shared" / "data" / "wikitext-2-raw" / "wiki.test.raw"
+WIKI = REPO / "data" / "wikitext-2-raw" / "wiki.test.raw"
 
 # Wide MLP so that one bit of the smallest module (k/v: 64x128) is < 0.01 bpw of the model.
 CFG = dict(tinymodels.TINY_LLAMA, hidden_size=128, num_hidden_layers=2, intermediate_size=1024,

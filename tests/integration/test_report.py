@@ -18,7 +18,7 @@ import tinymodels  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 TQ_BIN = os.environ.get("TQ_BIN", str(REPO / "build" / "tq"))
-WIKI = REPO.parent / "shared" / "data" / "wikitext-2-raw" / "wiki.test.raw"
+WIKI = REPO / "data" / "wikitext-2-raw" / "wiki.test.raw"
 
 CFG = dict(tinymodels.TINY_LLAMA, hidden_size=128, num_hidden_layers=2, intermediate_size=256,
            num_attention_heads=4, num_key_value_heads=2, vocab_size=384,

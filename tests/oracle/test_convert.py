@@ -33,7 +33,7 @@ REPO = pathlib.Path(__file__).resolve().parents[2]
 TQ_BIN = os.environ.get("TQ_BIN", str(REPO / "build" / "tq"))
 TQ_CACHE = pathlib.Path(os.environ.get("TQ_CACHE", pathlib.Path.home() / ".cache" / "turboquant"))
 GGUF = TQ_CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-WIKI = REPO.parent / "shared" / "data" / "wikitext-2-raw" / "wiki.test.raw"
+WIKI = REPO / "data" / "wikitext-2-raw" / "wiki.test.raw"
 
 # A custom recipe: a float module, per-module modes and groups (valid for every model here).
 RECIPE = {

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parents[2]
 TQ_BIN = os.environ.get("TQ_BIN", str(REPO / "build" / "tq"))
 TQ_CACHE = Path(os.environ.get("TQ_CACHE", Path.home() / ".cache" / "turboquant"))
 GGUF = TQ_CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-WIKI = REPO.parent / "shared" / "data" / "wikitext-2-raw" / "wiki.test.raw"
+WIKI = REPO / "data" / "wikitext-2-raw" / "wiki.test.raw"
 WINDOWS = int(os.environ.get("TQ_FAST_WINDOWS", "2"))
 SEQ_LEN = int(os.environ.get("TQ_FAST_SEQ_LEN", "128"))
 

@@ -34,7 +34,7 @@ TESTS_BIN = os.environ.get("TQ_TESTS_BIN", str(REPO / "build" / "tq_tests"))
 TQ_BIN = os.environ.get("TQ_BIN", str(REPO / "build" / "tq"))
 TQ_CACHE = pathlib.Path(os.environ.get("TQ_CACHE", pathlib.Path.home() / ".cache" / "turboquant"))
 GGUF = TQ_CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-WIKI = REPO.parent / "shared" / "data" / "wikitext-2-raw" / "wiki.test.raw"
+WIKI = REPO / "data" / "wikitext-2-raw" / "wiki.test.raw"
 
 REL_TOL = 1e-3
 GEN_TOKENS = 64

@@ -21,7 +21,7 @@ TQ_BIN = os.environ.get("TQ_BIN", str(REPO / "build" / "tq"))
 TQ_CACHE = Path(os.environ.get("TQ_CACHE", Path.home() / ".cache" / "turboquant"))
 LLAMA2_TOK = TQ_CACHE / "npm" / "node_modules" / "@lenml" / "tokenizer-llama2" / "models" / "tokenizer.json"
 NODE_PKG = TQ_CACHE / "npm" / "node_modules" / "node-llama-cpp"
-WIKI = Path(os.environ.get("TQ_WIKITEXT", "/work/shared/data/wikitext-2-raw/wiki.test.raw"))
+WIKI = Path(os.environ.get("TQ_WIKITEXT", REPO / "data" / "wikitext-2-raw" / "wiki.test.raw"))
 SCRIPT = Path(__file__).with_name("llamacpp_tokenize.mjs")
 
 pytestmark = [

@@ -23,9 +23,7 @@ TQ_CACHE = Path(os.environ.get("TQ_CACHE", Path.home() / ".cache" / "turboquant"
 GGUF = TQ_CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 NODE_PKG = TQ_CACHE / "npm" / "node_modules" / "node-llama-cpp"
 SOTU = TQ_CACHE / "npm" / "node_modules" / "@stdlib" / "datasets-sotu" / "data"
-WIKI = Path(os.environ.get("TQ_WIKITEXT", REPO.parent / "shared" / "data" / "wikitext-2-raw" / "wiki.test.raw"))
-if not WIKI.exists():
-    WIKI = Path("/work/shared/data/wikitext-2-raw/wiki.test.raw")
+WIKI = Path(os.environ.get("TQ_WIKITEXT", REPO / "data" / "wikitext-2-raw" / "wiki.test.raw"))
 SCRIPT = Path(__file__).with_name("llamacpp_tokenize.mjs")
 
 pytestmark = [
