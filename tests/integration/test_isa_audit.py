@@ -29,6 +29,8 @@ TDPBSSD = "  2cb3a0:\tc4 e2 73 5e c2       \ttdpbssd %tmm1,%tmm2,%tmm0"
 VPERMB = "  2cb3b0:\t62 f2 75 48 8d c2    \tvpermb %zmm2,%zmm1,%zmm0"
 BF16 = "  2cb3c0:\t62 f2 76 48 52 c2    \tvdpbf16ps %zmm2,%zmm1,%zmm0"
 FP16 = "  2cb3d0:\t62 f5 74 48 58 c2    \tvaddph %zmm2,%zmm1,%zmm0"
+CLMUL_XMM = "  2cb3e0:\tc4 e3 71 44 c2 00    \tvpclmulqdq $0x0,%xmm2,%xmm1,%xmm0"
+CLMUL_YMM = "  2cb3f0:\tc4 e3 75 44 c2 00    \tvpclmulqdq $0x0,%ymm2,%ymm1,%ymm0"
 
 
 def audit(tmp_path, *lines):
@@ -51,6 +53,7 @@ def audit(tmp_path, *lines):
     (AVX3_FN, VPERMB, "avx512vbmi"),
     (AVX3_DL_FN, BF16, "avx512bf16"),    # no target of ours checks BF16
     (AMX_FN, FP16, "avx512fp16"),
+    (AVX2_FN, CLMUL_YMM, "vpclmulqdq"),  # the ymm form is VPCLMULQDQ, not AVX2's PCLMUL
 ])
 def test_flags_instructions_outside_the_target(tmp_path, fn, insn, needs):
     r = audit(tmp_path, fn, SSE_ADD, insn)
@@ -61,7 +64,7 @@ def test_flags_instructions_outside_the_target(tmp_path, fn, insn, needs):
 @pytest.mark.parametrize("fn,insn", [
     (AVX3_DL_FN, EVEX_VNNI), (AVX3_DL_FN, VPERMB), (AVX3_FN, ZMM_MOVE), (AVX2_FN, VEX_ADD),
     (AVX2_FN, FMA), (AMX_FN, TDPBSSD), (AMX_FN, ZMM_MOVE), (BASE_FN, SSE_ADD),
-    (LAMBDA_FN, EVEX_VNNI),
+    (LAMBDA_FN, EVEX_VNNI), (AVX2_FN, CLMUL_XMM),
 ])
 def test_passes_instructions_the_target_checks(tmp_path, fn, insn):
     r = audit(tmp_path, fn, insn)

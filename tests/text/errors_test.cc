@@ -26,6 +26,17 @@ std::string load_error(const std::string& text) {
 }
 std::string load_error(const json& j) { return load_error(j.dump()); }
 
+json split_regex(const char* pattern) {
+  return {{"type", "Split"},
+          {"pattern", {{"Regex", pattern}}},
+          {"behavior", "Isolated"},
+          {"invert", false}};
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
 void expect_error(const json& j, const std::string& needle) {
   std::string e = load_error(j);
   EXPECT_NE(e.find("bad/tokenizer.json"), std::string::npos) << e;
@@ -93,10 +104,7 @@ TEST(TokenizerErrors, BadModelContents) {
 
 TEST(TokenizerErrors, BadComponentContents) {
   json j = minimal();
-  j["pre_tokenizer"] = {{"type", "Split"},
-                        {"pattern", {{"Regex", "(unclosed"}}},
-                        {"behavior", "Isolated"},
-                        {"invert", false}};
+  j["pre_tokenizer"] = split_regex("(unclosed");
   expect_error(j, "does not compile");
   j["pre_tokenizer"]["pattern"] = {{"Regex", "a"}};
   j["pre_tokenizer"]["behavior"] = "Sideways";
@@ -119,13 +127,10 @@ TEST(TokenizerErrors, BadComponentContents) {
 // when the tokenizer loads, quickly, with the pattern and the subject that exceeded the limit.
 TEST(TokenizerErrors, CostlyRegexIsRejected) {
   json j = minimal();
-  j["pre_tokenizer"] = {{"type", "Split"},
-                        {"pattern", {{"Regex", "(\\w+\\s?)+$"}}},
-                        {"behavior", "Isolated"},
-                        {"invert", false}};
+  j["pre_tokenizer"] = split_regex("(\\w+\\s?)+$");
   auto t0 = std::chrono::steady_clock::now();
   expect_error(j, "regex '(\\w+\\s?)+$' is too costly to match: match limit exceeded on a run of");
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  EXPECT_LT(seconds_since(t0), 1.0);
   j = minimal();
   j["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Regex", "(a|aa)+b"}}}, {"content", "x"}};
   expect_error(j, "regex '(a|aa)+b' is too costly to match");
@@ -145,7 +150,7 @@ TEST(TokenizerErrors, NormalizersThatBlowUpTextAreRejected) {
                        {{"type", "Replace"}, {"pattern", {{"String", "z"}}}, {"content", big}}}}};
   auto t0 = std::chrono::steady_clock::now();
   expect_error(j, "normalizer grows a");
-  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+  EXPECT_LT(seconds_since(t0), 1.0);
   // What real tokenizers do (SentencePiece-style " " -> U+2581, then a prepend) still loads.
   j["normalizer"] = {
       {"type", "Sequence"},
