@@ -2,8 +2,9 @@
 // Benchmark; not a test). Weights are random codes: speed does not depend on the values.
 // 1024x2048 (1.2 MB at 4-bit) stays in L2: the kernels' compute rate without DRAM.
 //   build/tq_kernel_bench [--benchmark_filter='n:1/'] [--benchmark_min_time=0.2]
-// BM_Matmul args: bits (16 = bf16), rows, cols, n tokens (1 = decode), q8 (1 = int8 activations,
-// 2 = int8 activations on the AMX tile kernel, quantization included).
+// BM_Matmul args: bits (16 = bf16, 41/42/48 = mxfp4/nvfp4/mxfp8), rows, cols, n tokens (1 =
+// decode), q8 (1 = int8 activations, 2 = int8 activations on the AMX tile kernel, quantization
+// included).
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -21,12 +22,28 @@ struct Weights {
   PackedMatrix m;
 };
 
-// Affine `bits` g64 with bf16 scales (bits 16: a bf16 matrix).
+// Format codes of the bits argument beyond affine widths.
+constexpr int kMxfp4 = 41, kNvfp4 = 42, kMxfp8 = 48;
+
+// Affine `bits` g64 with bf16 scales (bits 16: a bf16 matrix; 41/42/48: mxfp4/nvfp4/mxfp8).
 Weights make_weights(int bits, int64_t rows, int64_t cols) {
   Weights w;
   std::mt19937 rng(1);
-  w.data.resize(static_cast<size_t>(rows * cols * bits / 8));
+  const int width = bits == kMxfp8 ? 8 : bits > 16 ? 4 : bits;
+  w.data.resize(static_cast<size_t>(rows * cols * width / 8));
   for (auto& b : w.data) b = static_cast<uint8_t>(rng());
+  if (bits > 16) {
+    QuantSpec spec;
+    spec.mode = bits == kMxfp4   ? QuantMode::kMxfp4
+                : bits == kNvfp4 ? QuantMode::kNvfp4
+                                 : QuantMode::kMxfp8;
+    spec.bits = width, spec.group_size = bits == kNvfp4 ? 16 : 32;
+    if (bits == kMxfp8)
+      for (auto& b : w.data) b &= 0xBF;  // no NaN codes
+    w.scales.assign(static_cast<size_t>(rows * cols / spec.group_size), 127);
+    w.m = make_quant_matrix(spec, rows, cols, w.data, DType::kU8, w.scales, {}).value();
+    return w;
+  }
   if (bits == 16) {
     for (size_t i = 1; i < w.data.size(); i += 2) w.data[i] = 0x3C;  // finite bf16
     w.m = make_float_matrix(DType::kBF16, rows, cols, w.data).value();
@@ -85,7 +102,7 @@ void BM_Matmul(benchmark::State& st) {
 }
 
 void MatmulArgs(benchmark::internal::Benchmark* b) {
-  for (int bits : {4, 8, 16})
+  for (int bits : {2, 3, 4, 5, 6, 8, 16, kMxfp4, kNvfp4, kMxfp8})
     for (auto [rows, cols] :
          {std::pair<int64_t, int64_t>{1536, 576}, {576, 1536}, {1024, 2048}, {8192, 2048}})
       for (int64_t n : {1, 64, 256})

@@ -10,7 +10,8 @@ Llama-3.2-1B geometry, seeded random weights (speed does not depend on the value
   llama1b-q4g64/, llama1b-q8g64/        MLX affine, bf16 scales/biases, tied embedding
   llama1b-Q4_0.gguf, llama1b-Q8_0.gguf  same geometry; SmolLM2's tokenizer padded with unused
                                         tokens to the 128256-entry vocabulary
-Usage: make_artifacts.py [--only smol|1b]
+  llama1b-q{2,3,5,6}g64, llama1b-{mxfp4,nvfp4,mxfp8}  (--only 1b-formats) the other formats
+Usage: make_artifacts.py [--only smol|1b|1b-formats]
 """
 import argparse
 import json
@@ -126,7 +127,7 @@ def llama1b_linears(c):
     return out
 
 
-def llama1b_config(bits=None):
+def llama1b_config(bits=None, mode="affine"):
     c = dict(L1B, architectures=["LlamaForCausalLM"], model_type="llama", rms_norm_eps=1e-5,
              rope_theta=500000.0, max_position_embeddings=131072, tie_word_embeddings=True,
              hidden_act="silu", attention_bias=False, mlp_bias=False, torch_dtype="bfloat16",
@@ -134,31 +135,52 @@ def llama1b_config(bits=None):
              rope_scaling={"factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                            "original_max_position_embeddings": 8192, "rope_type": "llama3"})
     if bits:
-        c["quantization"] = {"group_size": 64, "bits": bits}
+        group = {"affine": 64, "mxfp4": 32, "nvfp4": 16, "mxfp8": 32}[mode]
+        c["quantization"] = {"group_size": group, "bits": bits}
+        if mode != "affine":
+            c["quantization"]["mode"] = mode
         c["quantization_config"] = c["quantization"]
     return c
 
 
-def llama1b_mlx(bits, rng):
-    d = WORK / f"llama1b-q{bits}g64"
+def llama1b_name(bits, mode="affine"):
+    return f"llama1b-q{bits}g64" if mode == "affine" else f"llama1b-{mode}"
+
+
+def llama1b_mlx(bits, rng, mode="affine"):
+    """Random codes of an affine width (g64, bf16 scales and biases) or an fp mode (its group,
+    E8M0/E4M3 scale bytes that keep the weights small)."""
+    d = WORK / llama1b_name(bits, mode)
     if d.exists():
         return
-    d.mkdir(parents=True)
-    c = llama1b_config(bits)
+    c = llama1b_config(bits, mode)
+    group = c["quantization"]["group_size"]
+    tmp = d.with_name(d.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
     tensors = []
     for name, rows, cols in llama1b_linears(c):
-        tensors.append((f"{name}.weight", "U32", [rows, cols * bits // 32],
-                        rng.integers(0, 2**32, size=(rows, cols * bits // 32), dtype=np.uint32)))
-        s = rng.uniform(0.001, 0.01, size=(rows, cols // 64)).astype(np.float32)
-        tensors.append((f"{name}.scales", "BF16", [rows, cols // 64], bf16(s)))
-        tensors.append((f"{name}.biases", "BF16", [rows, cols // 64], bf16(-s * (2**bits) / 2)))
+        words = rng.integers(0, 2**32, size=(rows, cols * bits // 32), dtype=np.uint32)
+        if mode == "mxfp8":
+            words &= np.uint32(0xBFBFBFBF)  # no NaN codes (0x7F/0xFF)
+        tensors.append((f"{name}.weight", "U32", [rows, cols * bits // 32], words))
+        if mode == "affine":
+            s = rng.uniform(0.001, 0.01, size=(rows, cols // group)).astype(np.float32)
+            tensors.append((f"{name}.scales", "BF16", [rows, cols // group], bf16(s)))
+            tensors.append((f"{name}.biases", "BF16", [rows, cols // group],
+                            bf16(-s * (2**bits) / 2)))
+        else:
+            lo, hi = (0x18, 0x20) if mode == "nvfp4" else (118, 122)
+            sc = rng.integers(lo, hi, size=(rows, cols // group), dtype=np.uint8)
+            tensors.append((f"{name}.scales", "U8", [rows, cols // group], sc))
     ones = bf16(np.ones(c["hidden_size"]))
     tensors.append(("model.norm.weight", "BF16", [c["hidden_size"]], ones))
     for l in range(c["num_hidden_layers"]):
         for n in ("input_layernorm", "post_attention_layernorm"):
             tensors.append((f"model.layers.{l}.{n}.weight", "BF16", [c["hidden_size"]], ones))
-    write_safetensors(d / "model.safetensors", tensors)
-    (d / "config.json").write_text(json.dumps(c, indent=2))
+    write_safetensors(tmp / "model.safetensors", tensors)
+    (tmp / "config.json").write_text(json.dumps(c, indent=2))
+    tmp.rename(d)
 
 
 def llama1b_gguf(qtype, rng):
@@ -228,11 +250,26 @@ def one_b():
         llama1b_gguf(qt, rng)
 
 
+# Every other format the converter writes, for bench/formats/run.py.
+FORMATS = [(2, "affine"), (3, "affine"), (5, "affine"), (6, "affine"), (4, "mxfp4"),
+           (4, "nvfp4"), (8, "mxfp8")]
+
+
+def one_b_formats():
+    WORK.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(4321)
+    for bits, mode in FORMATS:
+        llama1b_mlx(bits, rng, mode)
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser()
-    ap.add_argument("--only", choices=["smol", "1b"])
+    ap.add_argument("--only", choices=["smol", "1b", "1b-formats"])
     a = ap.parse_args()
-    if a.only != "1b":
-        smol()
-    if a.only != "smol":
-        one_b()
+    if a.only == "1b-formats":
+        one_b_formats()
+    else:
+        if a.only != "1b":
+            smol()
+        if a.only != "smol":
+            one_b()

@@ -168,6 +168,44 @@ void GemvAffine8(const PackedMatrix& w, const float* x, float* y, int64_t r0, in
   }
 }
 
+// N E4M3 codes as f32 / 256: each code's sign, then its exponent and mantissa 7 places up, is
+// an f16 of the same value times 2^-8 (E4M3's subnormals land on f16's normals). Codes 0x7F
+// and 0xFF (NaN to e4m3_to_f32) read as 480: a quantizer never writes them.
+HWY_INLINE VF E4m3Over256(DF df, const uint8_t* p) {
+  const hn::Rebind<uint8_t, DF> du8;
+  const hn::Rebind<uint16_t, DF> du16;
+  const hn::Rebind<hwy::float16_t, DF> dh;
+  const auto b = hn::PromoteTo(du16, hn::LoadU(du8, p));
+  const auto h = hn::Or(hn::ShiftLeft<8>(hn::And(b, hn::Set(du16, 0x80))),
+                        hn::ShiftLeft<7>(hn::And(b, hn::Set(du16, 0x7F))));
+  return hn::PromoteTo(df, hn::BitCast(dh, h));
+}
+
+// Decode, mxfp8: per group of 32, Σ E4M3·x in f32, then times the group's E8M0 scale.
+void GemvMxfp8(const PackedMatrix& w, const float* x, float* y, int64_t r0, int64_t r1) {
+  const DF df;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t G = w.groups(), group = w.group;
+  for (int64_t r = r0; r < r1; ++r) {
+    const uint8_t* row = w.data + r * w.row_bytes();
+    VF tot = hn::Zero(df);
+    for (int64_t g = 0; g < G; ++g) {
+      VF ga = hn::Zero(df), gb = ga;
+      const int64_t k0 = g * group;
+      int64_t k = k0;
+      for (; k + 2 * N <= k0 + group; k += 2 * N) {
+        ga = hn::MulAdd(E4m3Over256(df, row + k), hn::LoadU(df, x + k), ga);
+        gb = hn::MulAdd(E4m3Over256(df, row + k + N), hn::LoadU(df, x + k + N), gb);
+      }
+      for (; k < k0 + group; k += N)
+        ga = hn::MulAdd(E4m3Over256(df, row + k), hn::LoadU(df, x + k), ga);
+      const float s = 256.0f * e8m0_to_f32(w.scales[r * G + g]);
+      tot = hn::MulAdd(hn::Set(df, s), hn::Add(ga, gb), tot);
+    }
+    y[r] = SumLanes(df, tot);
+  }
+}
+
 constexpr float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                              -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
@@ -210,8 +248,9 @@ void DecodeRow(const PackedMatrix& w, int64_t r, float* out) {
         hn::StoreU(hn::MulAdd(s, q, b), df, o + k);
       }
     } else if (w.format == WeightFormat::kMxfp8) {
-      const float s = e8m0_to_f32(w.scales[gi]);
-      for (int64_t k = 0; k < g; ++k) o[k] = s * e4m3_to_f32(codes[k]);
+      const VF s = hn::Set(df, 256.0f * e8m0_to_f32(w.scales[gi]));
+      for (int64_t k = 0; k < g; k += N)
+        hn::StoreU(hn::Mul(s, E4m3Over256(df, codes + k)), df, o + k);
     } else {
       const float s =
           w.format == WeightFormat::kNvfp4 ? e4m3_to_f32(w.scales[gi]) : e8m0_to_f32(w.scales[gi]);
@@ -328,6 +367,8 @@ void GemvRows(const PackedMatrix& w, const float* x, float* y, int64_t r0, int64
       if (w.bits == 4) return GemvAffine4(w, x, y, r0, r1);
       if (w.bits == 8) return GemvAffine8(w, x, y, r0, r1);
       return GemvDecoded(w, x, y, r0, r1);
+    case WeightFormat::kMxfp8:
+      return GemvMxfp8(w, x, y, r0, r1);
     default:
       return GemvDecoded(w, x, y, r0, r1);
   }

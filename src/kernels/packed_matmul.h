@@ -9,8 +9,11 @@
 //   affine 4-bit   | nibbles -> f32, x split even/ |   4x3 FMA tile     | dpbusd (AVX3_DL),
 //                  |   odd, s·Σqx + b·Σx per group |                    |   maddubs (AVX2/3)
 //   affine 8-bit   | bytes -> f32                  |                    | dpbusd (AVX3_DL)
-//   affine 2/3/5/6 | row decoded to f32, then dot  |                    | -
-//   mxfp4/nvfp4/mx8| row decoded to f32, then dot  |                    | -
+//   affine 2/3/5/6 | row decoded to f32, then dot  |                    | vpermb+vpmultishiftqb
+//   mxfp4/nvfp4    | row decoded to f32, then dot  |                    |   + dpbusd (AVX3_DL),
+//                  |                               |                    |   pshufb+pmullw+
+//                  |                               |                    |   pmaddwd (AVX2/3)
+//   mxfp8          | row decoded to f32, then dot  |                    | -
 //   affine, g%64==0| (prefill of 16+ tokens on CPUs with AMX: kernels/amx_matmul.h, tdpbusd tiles)
 //
 // Rows [r0, r1) only, so a thread pool can split the work by output rows.
@@ -66,15 +69,15 @@ bool packed_q8_supported(const PackedMatrix& w);
 // core keeps more misses in flight); false: strips of adjacent rows. The same results.
 void packed_matmul_q8(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,
                       int64_t r1, bool parts = true);
-// Its scalar reference (affine only): per block, integer Σ code·(256·q + r), scaled by s·d/256;
-// plus b·sum.
+// Its scalar reference: per block, integer Σ v·(256·q + r), scaled by s·d/256, plus b·sum
+// (affine: v the code; mxfp4/nvfp4: v = 2·E2M1 and s half the scale, no b).
 void packed_matmul_q8_ref(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,
                           int64_t r1);
 
 // The dispatched ISA's name ("AVX3_DL", "AVX2", ...) for logs and bench reports.
 const char* packed_kernel_isa();
-// The dispatched ISA's integer dot-product kernels: "avx512-vnni" (4- and 8-bit),
-// "avx512-maddubs (4-bit)", "avx2-maddubs (4-bit)" or "none" (float path only).
+// The dispatched ISA's integer dot-product kernels: "avx512-vnni" (every affine width, mxfp4,
+// nvfp4), "avx512/avx2 (no 8-bit)", "avx2 (no 8-bit)" or "none" (float path only).
 const char* packed_int8_path();
 
 }  // namespace tq

@@ -1,12 +1,15 @@
-// Integer dot-product kernels of packed_matmul_q8 (affine weights × int8 activations), one
-// per ISA through Highway's foreach_target: AVX-512 VNNI vpdpbusd on AVX3_DL (4- and 8-bit),
-// AVX2 vpmaddubsw on AVX2/AVX3 (4-bit only: 8-bit codes would saturate its i16 sums).
+// Integer dot-product kernels of packed_matmul_q8 (affine and E2M1 weights × int8 activations),
+// one per ISA through Highway's foreach_target: AVX-512 VNNI vpdpbusd on AVX3_DL (every affine
+// width, mxfp4, nvfp4), AVX2 vpmaddubsw / vpmaddwd on AVX2/AVX3 (all but 8-bit: 8-bit codes
+// would saturate vpmaddubsw's i16 sums). The narrow codes: kernels/packed_codes_q8-inl.h.
 // Scalar reference: packed_matmul_q8_ref (kernels/packed_ref.cc).
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
+#include "formats/mlx_quant.h"
 #include "kernels/packed_matmul.h"
 #include "kernels/strip_plan.h"
 
@@ -169,15 +172,25 @@ inline int64_t PrefetchDistance(const PackedMatrix& w, const StripPlan& plan) {
 
 inline int Log2(int64_t v) { return 63 - __builtin_clzll(static_cast<uint64_t>(v)); }
 
+// E2M1 codes as the kernels multiply them, 2·value + 12 (0..24): with scale s/2 and bias -6s
+// an mxfp4/nvfp4 group runs as an affine one (StripScalesFp4).
+constexpr uint8_t kFp4u[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+
 // 64 4-bit codes (32 bytes at p) against both activation planes (low nibbles with ql/rl, high
 // with qh/rh): Σ code·q · 256 + Σ code·r per lane. Lanes 0-3 sum the first 32-code block,
-// lanes 4-7 the second.
+// lanes 4-7 the second. kFp4: E2M1 codes, looked up to kFp4u.
+template <bool kFp4>
 inline __m256i Dot64(const uint8_t* p, const int8_t* ql, const int8_t* qh, const int8_t* rl,
                      const int8_t* rh) {
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  const __m256i lo = _mm256_and_si256(v, m4);
-  const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  __m256i lo = _mm256_and_si256(v, m4);
+  __m256i hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+  if constexpr (kFp4) {
+    const __m256i lut =
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kFp4u)));
+    lo = _mm256_shuffle_epi8(lut, lo), hi = _mm256_shuffle_epi8(lut, hi);
+  }
   auto ld = [](const int8_t* x) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)); };
   __m256i a = DotU8S8(_mm256_setzero_si256(), lo, ld(ql));
   a = DotU8S8(a, hi, ld(qh));
@@ -230,7 +243,7 @@ inline __m512i BfIdx32() {
 // rows) further on, so every line is requested one row group ahead. A linear stream over the
 // next group's bytes instead gave its last rows' first lines a fraction of that lead (8-bit
 // Llama-1B decode 17.7 -> 16.0 tok/s).
-template <int R, int kG, bool kPf, typename S>
+template <int R, int kG, bool kPf, bool kFp4, typename S>
 inline void Q4Chunks(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
                      const int8_t* q4, const int8_t* r4, const float* dv, int64_t pf, __m512* u) {
   const int64_t full = w.cols / 128;
@@ -240,6 +253,8 @@ inline void Q4Chunks(const PackedMatrix& w, const uint8_t* const* rp, const S* c
   const __m512i idx32 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   const __m512i idx64 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   const __m512i bidx32 = BfIdx32(), bidx64 = BfIdx64();
+  const __m512i lut =
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kFp4u)));
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) u[i] = _mm512_setzero_ps();
   for (int64_t c = 0; c < full; ++c) {
@@ -252,8 +267,9 @@ inline void Q4Chunks(const PackedMatrix& w, const uint8_t* const* rp, const S* c
     for (int i = 0; i < R; ++i) {
       const __m512i v = _mm512_loadu_si512(rp[i] + 64 * c);
       if constexpr (kPf) Prefetch(rp[i] + 64 * c + pf);
-      const __m512i lo = _mm512_and_si512(v, m4);
-      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      __m512i lo = _mm512_and_si512(v, m4);
+      __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+      if constexpr (kFp4) lo = _mm512_shuffle_epi8(lut, lo), hi = _mm512_shuffle_epi8(lut, hi);
       // 256·Σcode·q + Σcode·r: the residual plane's products accumulate onto the shifted sum
       // (no second zeroed register, no add).
       __m512i acc = DotU8S8(Zero512(), lo, ql);
@@ -280,8 +296,9 @@ inline void Q4Chunks(const PackedMatrix& w, const uint8_t* const* rp, const S* c
 
 // y of R rows (codes at rp[i]; scales and biases at sp[i]/bp[i], G per row, f32 or bf16) for
 // one token of 4-bit codes (see ActQ8::q4 for the activation order). R rows share every load of
-// the activations; pf > 0 prefetches the codes that many bytes ahead.
-template <int R, typename S>
+// the activations; pf > 0 prefetches the codes that many bytes ahead. kFp4: mxfp4's E2M1 codes
+// (kFp4u; f32 scales and biases from StripScalesFp4).
+template <int R, bool kFp4, typename S>
 inline void RowsQ4(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
                    const S* const* bp, const int8_t* q4, const int8_t* r4, const int8_t* q,
                    const int8_t* rr, const float* d, const float* dv, const float* gsum, float* out,
@@ -295,14 +312,14 @@ inline void RowsQ4(const PackedMatrix& w, const uint8_t* const* rp, const S* con
   {
     __m512 u[R];
     if (w.group == 32)
-      pf ? Q4Chunks<R, 32, true>(w, rp, sp, q4, r4, dv, pf, u)
-         : Q4Chunks<R, 32, false>(w, rp, sp, q4, r4, dv, pf, u);
+      pf ? Q4Chunks<R, 32, true, kFp4>(w, rp, sp, q4, r4, dv, pf, u)
+         : Q4Chunks<R, 32, false, kFp4>(w, rp, sp, q4, r4, dv, pf, u);
     else if (w.group == 64)
-      pf ? Q4Chunks<R, 64, true>(w, rp, sp, q4, r4, dv, pf, u)
-         : Q4Chunks<R, 64, false>(w, rp, sp, q4, r4, dv, pf, u);
+      pf ? Q4Chunks<R, 64, true, kFp4>(w, rp, sp, q4, r4, dv, pf, u)
+         : Q4Chunks<R, 64, false, kFp4>(w, rp, sp, q4, r4, dv, pf, u);
     else
-      pf ? Q4Chunks<R, 0, true>(w, rp, sp, q4, r4, dv, pf, u)
-         : Q4Chunks<R, 0, false>(w, rp, sp, q4, r4, dv, pf, u);
+      pf ? Q4Chunks<R, 0, true, kFp4>(w, rp, sp, q4, r4, dv, pf, u)
+         : Q4Chunks<R, 0, false, kFp4>(w, rp, sp, q4, r4, dv, pf, u);
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i)
       t[i] = _mm256_add_ps(_mm512_castps512_ps256(u[i]), _mm512_extractf32x8_ps(u[i], 1));
@@ -315,7 +332,7 @@ inline void RowsQ4(const PackedMatrix& w, const uint8_t* const* rp, const S* con
     const __m256 dvh = _mm256_loadu_ps(dv + 8 * h);
     for (int i = 0; i < R; ++i) {
       if (pf && h % 2 == 0) Prefetch(rp[i] + 32 * h + pf);
-      const __m256i acc = Dot64(rp[i] + 32 * h, q4 + o, q4 + oh, r4 + o, r4 + oh);
+      const __m256i acc = Dot64<kFp4>(rp[i] + 32 * h, q4 + o, q4 + oh, r4 + o, r4 + oh);
       const __m256 f = _mm256_mul_ps(dvh, HalfScales(sp[i], h, w.group, gshift));
       t[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), f, t[i]);
     }
@@ -326,86 +343,17 @@ inline void RowsQ4(const PackedMatrix& w, const uint8_t* const* rp, const S* con
       const uint8_t* row = rp[i];
       const int64_t k0 = cols - 32;
       int32_t isum = 0;
-      for (int64_t k = k0; k < cols; ++k)
-        isum += ((row[k / 2] >> (4 * (k & 1))) & 0xF) * (256 * q[k] + rr[k]);
+      for (int64_t k = k0; k < cols; ++k) {
+        const int c = (row[k / 2] >> (4 * (k & 1))) & 0xF;
+        isum += (kFp4 ? kFp4u[c] : c) * (256 * q[k] + rr[k]);
+      }
       y += ScaleAt(sp[i], k0 / w.group) * (d[cols / 32 - 1] / 256.0f) * static_cast<float>(isum);
     }
     out[i] = y + DotF(bp[i], gsum, G);
   }
 }
 
-#if HWY_TARGET == HWY_AVX3_DL
-// 8-bit codes (VNNI), R rows (at rp[i], scales at sp[i]): 64 codes per step, lanes 0-7 on one
-// 32-block and 8-15 on the next. kG32: groups of 32 (else one scale per step); kPf as in Q4Chunks.
-template <int R, bool kG32, bool kPf, typename S>
-inline void Q8Steps(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
-                    const int8_t* q, const int8_t* rr, const float* dv8, int64_t pf, __m512* u) {
-  const int64_t steps = w.cols / 64;
-  const __m512i idx64 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  const __m512i bidx64 = BfIdx64();
-  const int gshift = w.group >= 64 ? Log2(w.group / 64) : 0;
-#pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) u[i] = _mm512_setzero_ps();
-  for (int64_t h = 0; h < steps; ++h) {
-    const __m512i qv = _mm512_loadu_si512(q + 64 * h), rv = _mm512_loadu_si512(rr + 64 * h);
-    const __m512 dvh = _mm512_loadu_ps(dv8 + 16 * h);
-#pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-      const __m512i v = _mm512_loadu_si512(rp[i] + 64 * h);
-      if constexpr (kPf) Prefetch(rp[i] + 64 * h + pf);
-      // 256·Σcode·q + Σcode·r. Chaining the second product onto the shifted first, as the
-      // 4-bit kernel does, measured no different here (1B decode 16.5 vs 16.0 tok/s, noise).
-      const __m512i a = _mm512_dpbusd_epi32(Zero512(), v, qv);
-      const __m512i b = _mm512_dpbusd_epi32(Zero512(), v, rv);
-      const __m512i acc = _mm512_add_epi32(_mm512_slli_epi32(a, 8), b);
-      const S* si = sp[i];
-      __m512 sv;
-      if constexpr (!kG32)
-        sv = _mm512_set1_ps(ScaleAt(si, h >> gshift));
-      else if constexpr (std::is_same_v<S, float>)
-        sv = _mm512_permutexvar_ps(idx64, _mm512_castps128_ps512(Load2(si + 2 * h)));
-      else
-        sv = BfLanes(bidx64, Load2Bf(si + 2 * h));
-      u[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(dvh, sv), u[i]);
-    }
-  }
-}
-
-template <int R, typename S>
-inline void RowsQ8(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
-                   const S* const* bp, const int8_t* q, const int8_t* rr, const float* d,
-                   const float* dv8, const float* gsum, float* out, int64_t pf) {
-  const int64_t cols = w.cols, G = w.groups();
-  __m512 u[R];
-  if (w.group == 32)
-    pf ? Q8Steps<R, true, true>(w, rp, sp, q, rr, dv8, pf, u)
-       : Q8Steps<R, true, false>(w, rp, sp, q, rr, dv8, pf, u);
-  else
-    pf ? Q8Steps<R, false, true>(w, rp, sp, q, rr, dv8, pf, u)
-       : Q8Steps<R, false, false>(w, rp, sp, q, rr, dv8, pf, u);
-  // Reduced in an unrolled loop: u[] indexed at run time would live on the stack, stored to at
-  // every step of the loop above.
-  float ys[R];
-#pragma GCC unroll 4
-  for (int i = 0; i < R; ++i) ys[i] = _mm512_reduce_add_ps(u[i]);
-  for (int i = 0; i < R; ++i) {
-    float y = ys[i];
-    if (cols % 64 != 0) {
-      const uint8_t* row = rp[i];
-      const int64_t k0 = cols - 32;
-      auto ld = [](const void* x) {
-        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
-      };
-      const __m256i a = DotU8S8(_mm256_setzero_si256(), ld(row + k0), ld(q + k0));
-      const __m256i b = DotU8S8(_mm256_setzero_si256(), ld(row + k0), ld(rr + k0));
-      const __m256i acc = _mm256_add_epi32(_mm256_slli_epi32(a, 8), b);
-      y += ScaleAt(sp[i], k0 / w.group) * (d[cols / 32 - 1] / 256.0f) *
-           HSum(_mm256_cvtepi32_ps(acc));
-    }
-    out[i] = y + DotF(bp[i], gsum, G);
-  }
-}
-#endif
+#include "kernels/packed_codes_q8-inl.h"
 
 #endif  // AVX2 / AVX3 / AVX3_DL
 
@@ -449,8 +397,10 @@ void QuantizeBlocksImpl(const float* x, int len, int64_t nb, int8_t* q, int8_t* 
 
 bool SupportedImpl(const PackedMatrix& w) {
 #ifdef TQ_Q8_KERNELS
-  if (w.format != WeightFormat::kAffine || w.cols % 32 != 0) return false;
-  return w.bits == 4 || (w.bits == 8 && kVnni);
+  if (w.cols % 32 != 0) return false;
+  if (w.format == WeightFormat::kMxfp4 || w.format == WeightFormat::kNvfp4) return true;
+  if (w.format != WeightFormat::kAffine) return false;
+  return (w.bits >= 2 && w.bits <= 6) || (w.bits == 8 && kVnni);
 #else
   return false;
 #endif
@@ -458,27 +408,90 @@ bool SupportedImpl(const PackedMatrix& w) {
 
 const char* Int8PathImpl() {
 #ifdef TQ_Q8_KERNELS
-  return kVnni ? "avx512-vnni" : k512 ? "avx512-maddubs (4-bit)" : "avx2-maddubs (4-bit)";
+  return kVnni ? "avx512-vnni" : k512 ? "avx512/avx2 (no 8-bit)" : "avx2 (no 8-bit)";
 #else
   return "none";
 #endif
 }
 
+#ifdef TQ_Q8_KERNELS
+// The scales s of rows [r, r + n) of an mxfp4/nvfp4 matrix (e8m0_to_f32 / e4m3_to_f32
+// exactly, NaN codes included) as the affine scale s/2 and bias -6s of the kernels' codes
+// 2·E2M1 + 12, in vectors.
+inline void StripScalesFp4(const PackedMatrix& w, int64_t r, int64_t n, float* sc, float* sb) {
+  const hn::ScalableTag<float> df;
+  const hn::Rebind<uint32_t, decltype(df)> du32;
+  const hn::Rebind<uint16_t, decltype(df)> du16;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const hn::Rebind<uint8_t, decltype(df)> du8;
+  const int64_t N = static_cast<int64_t>(hn::Lanes(df)), total = n * w.groups();
+  const uint8_t* s = w.scales + r * w.groups();
+  const bool nv = w.format == WeightFormat::kNvfp4;
+  int64_t i = 0;
+  for (; i + N <= total; i += N) {
+    const auto b8 = hn::LoadU(du8, s + i);
+    const auto b32 = hn::PromoteTo(du32, b8);
+    hn::Vec<decltype(df)> f;
+    if (nv) {
+      // E4M3 as f16 bits (sign, then exponent and mantissa 7 places up), 2^8 apart; 0x7F NaN.
+      const auto b16 = hn::PromoteTo(du16, b8);
+      const auto h = hn::Or(hn::ShiftLeft<8>(hn::And(b16, hn::Set(du16, 0x80))),
+                            hn::ShiftLeft<7>(hn::And(b16, hn::Set(du16, 0x7F))));
+      f = hn::Mul(hn::PromoteTo(df, hn::BitCast(dh, h)), hn::Set(df, 128.0f));
+      const auto nan = hn::Eq(hn::And(b32, hn::Set(du32, 0x7F)), hn::Set(du32, 0x7F));
+      f = hn::IfThenElse(hn::RebindMask(df, nan),
+                         hn::Set(df, std::numeric_limits<float>::quiet_NaN()), f);
+    } else {
+      // E << 23 is 2^(E-127) (E = 255: +inf); E = 0 is the subnormal 2^-127.
+      auto bits = hn::ShiftLeft<23>(b32);
+      bits = hn::IfThenElse(hn::Eq(b32, hn::Zero(du32)), hn::Set(du32, 0x00400000u), bits);
+      f = hn::Mul(hn::BitCast(df, bits), hn::Set(df, 0.5f));
+    }
+    hn::StoreU(f, df, sc + i);
+    hn::StoreU(hn::Mul(f, hn::Set(df, -12.0f)), df, sb + i);
+  }
+  for (; i < total; ++i) {
+    sc[i] = 0.5f * (nv ? e4m3_to_f32(s[i]) : e8m0_to_f32(s[i]));
+    sb[i] = -12.0f * sc[i];
+  }
+}
+#endif
+
 void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,
                   int64_t r1, bool parts) {
 #ifdef TQ_Q8_KERNELS
   if (!SupportedImpl(w)) return;
+  // 4-bit codes in nibble order: affine, and mxfp4 through a lookup (nvfp4's groups of 16 do not
+  // fit that order's lanes).
+  const bool affine = w.format == WeightFormat::kAffine;
+  const bool nibbles = (affine && w.bits == 4) || w.format == WeightFormat::kMxfp4;
   const int64_t cols = w.cols, nb = cols / 32, G = w.groups(), per = w.group / 32;
   thread_local std::vector<float> sc, sb, gsum;
-  sc.resize(static_cast<size_t>(8 * G));
+  sc.resize(static_cast<size_t>(8 * G + kPad));
   sb.resize(static_cast<size_t>(8 * G + kPad));
   gsum.resize(static_cast<size_t>(xq.n * G + kPad));
   for (int64_t t = 0; t < xq.n; ++t)  // Σx per group per token: the bias terms
     for (int64_t g = 0; g < G; ++g) {
       float s = 0.0f;
+      if (per == 0) {  // groups of 16 (nvfp4): half a block, summed as the kernels see x
+        int32_t isum = 0;
+        for (int64_t k = g * 16; k < g * 16 + 16; ++k)
+          isum += 256 * xq.q[t * cols + k] + xq.r[t * cols + k];
+        s = xq.d[t * nb + g / 2] / 256.0f * static_cast<float>(isum);
+      }
       for (int64_t b = 0; b < per; ++b) s += xq.sum[t * nb + g * per + b];
       gsum[t * G + g] = s;
     }
+    // Without VBMI the narrow codes meet x as 16-bit 256·q + r (packed_codes_q8-inl.h).
+#if HWY_TARGET == HWY_AVX3_DL
+  // Narrow codes run in 128-code chunks with x in their order (packed_codes_q8-inl.h).
+  thread_local std::vector<int8_t> qx, rx;
+  if (!nibbles && w.bits < 8) ActChunkOrder(xq, &qx, &rx);
+#else
+  // Without VBMI the narrow codes meet x as 16-bit 256·q + r (packed_codes_q8-inl.h).
+  thread_local std::vector<int16_t> x16;
+  if (!nibbles) ActX16(xq, &x16);
+#endif
   const StripPlan plan(w, r0, r1, parts);
   const int64_t pf_bytes = PrefetchDistance(w, plan), rb = w.row_bytes();
   // Scales and biases are two more streams, an eighth of the codes' bytes at 4-bit g64: each
@@ -492,18 +505,22 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
     int m = 0;
     // f32 and bf16 scales are read where they lie (bf16 widened by the kernels' permutation:
     // converting each strip's cost Llama-1B decode ~4-7%, bench/ab.sh), f16 ones converted here.
-    const bool bf16 = w.scale_dtype == DType::kBF16;
-    const bool direct = bf16 || w.scale_dtype == DType::kF32;
+    // mxfp4/nvfp4 scales (E8M0/E4M3 bytes) are converted here too.
+    const bool bf16 = affine && w.scale_dtype == DType::kBF16;
+    const bool direct = bf16 || (affine && w.scale_dtype == DType::kF32);
     for (int s = 0; s < nseg; ++s) {
       const int64_t ahead = seg0[s] + pf_rows;
       if (ahead < w.rows) {
         const int64_t lo = ahead * sbytes, hi = std::min(ahead + seg_n[s], w.rows) * sbytes;
         for (int64_t o = lo & ~int64_t{63}; o < hi; o += 64) {
           Prefetch(w.scales + o);
-          Prefetch(w.biases + o);
+          if (affine) Prefetch(w.biases + o);
         }
       }
-      if (!direct) StripScales(w, seg0[s], seg_n[s], sc.data() + m * G, sb.data() + m * G);
+      if (!affine)
+        StripScalesFp4(w, seg0[s], seg_n[s], sc.data() + m * G, sb.data() + m * G);
+      else if (!direct)
+        StripScales(w, seg0[s], seg_n[s], sc.data() + m * G, sb.data() + m * G);
       for (int64_t i = 0; i < seg_n[s]; ++i) idx[m++] = seg0[s] + i;
     }
     const uint8_t* rp[8];
@@ -537,15 +554,37 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
         const int64_t pf = t == 0 ? pf_bytes : 0;  // the strip's first pass over its rows
         float out[kR];
         auto run = [&](auto sp, auto bp) {
-          if (w.bits == 4) {
-            RowsQ4<kR>(w, rp + j, sp + j, bp + j, q4, r4, q, rr, d, dv, gs, out, pf);
-          } else {
-#if HWY_TARGET == HWY_AVX3_DL
-            RowsQ8<kR>(w, rp + j, sp + j, bp + j, q, rr, d, dv8, gs, out, pf);
-#else
-            (void)dv8;  // unreachable: SupportedImpl
-#endif
+          using S = std::remove_const_t<
+              std::remove_pointer_t<std::remove_const_t<std::remove_pointer_t<decltype(sp)>>>>;
+          if (nibbles) {
+            if (affine)
+              RowsQ4<kR, false>(w, rp + j, sp + j, bp + j, q4, r4, q, rr, d, dv, gs, out, pf);
+            else if constexpr (std::is_same_v<S, float>)
+              RowsQ4<kR, true>(w, rp + j, sp + j, bp + j, q4, r4, q, rr, d, dv, gs, out, pf);
+            return;
           }
+#if HWY_TARGET == HWY_AVX3_DL
+          const int8_t* qxt = qx.data() + t * cols;
+          const int8_t* rxt = rx.data() + t * cols;
+          if (!affine) {
+            if constexpr (std::is_same_v<S, float>)
+              RowsQx<kR, true, true>(w, rp + j, sp + j, bp + j, q, rr, qxt, rxt, d, dv, dv8, gs,
+                                     out, pf);
+          } else if (w.bits == 8) {
+            RowsQx<kR, false, false>(w, rp + j, sp + j, bp + j, q, rr, q, rr, d, dv, dv8, gs, out,
+                                     pf);
+          } else {
+            RowsQx<kR, true, false>(w, rp + j, sp + j, bp + j, q, rr, qxt, rxt, d, dv, dv8, gs, out,
+                                    pf);
+          }
+#else
+          (void)dv8;
+          const int16_t* xt = x16.data() + t * cols;
+          if (!affine)
+            RowsQx256<kR, true>(w, rp + j, sp + j, bp + j, xt, d, gs, out, pf);
+          else
+            RowsQx256<kR, false>(w, rp + j, sp + j, bp + j, xt, d, gs, out, pf);
+#endif
         };
         if (bf16)
           run(static_cast<const uint16_t* const*>(sph), static_cast<const uint16_t* const*>(bph));
@@ -556,7 +595,7 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
       int j = 0;
       // 4-bit: eight rows at a time (a third faster on SmolLM2's 576-column rows, whose fixed
       // cost per row is large; 8-bit codes with eight rows ran 25% slower).
-      if (w.bits == 4 && m == 8) rows.template operator()<8>(0), j = 8;
+      if (w.bits <= 6 && m == 8) rows.template operator()<8>(0), j = 8;
       for (; j + 4 <= m; j += 4) rows.template operator()<4>(j);
       for (; j < m; ++j) rows.template operator()<1>(j);
     }

@@ -80,7 +80,9 @@ void quantize_act_q8(const float* x, int64_t n, int64_t cols, ActQ8* out) {
 
 void packed_matmul_q8_ref(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,
                           int64_t r1) {
-  const int64_t nb = w.cols / 32, per = w.group / 32;
+  static constexpr int kFp4x2[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  const bool affine = w.format == WeightFormat::kAffine;
+  const int64_t nb = w.cols / 32;
   for (int64_t r = r0; r < r1; ++r) {
     const uint8_t* row = w.data + r * w.row_bytes();
     for (int64_t t = 0; t < xq.n; ++t) {
@@ -88,15 +90,27 @@ void packed_matmul_q8_ref(const PackedMatrix& w, const ActQ8& xq, float* y, int6
       const int8_t* rr = xq.r.data() + t * w.cols;
       double acc = 0.0;
       for (int64_t g = 0; g < w.groups(); ++g) {
-        const float s = scale_at(w.scale_dtype, w.scales, r * w.groups() + g);
-        const float bias = scale_at(w.scale_dtype, w.biases, r * w.groups() + g);
+        const int64_t gi = r * w.groups() + g, k0 = g * w.group, k1 = k0 + w.group;
+        // Affine: the code; mxfp4/nvfp4: 2·E2M1 with half the scale.
+        float s = 0.0f, bias = 0.0f;
+        if (affine) {
+          s = scale_at(w.scale_dtype, w.scales, gi);
+          bias = scale_at(w.scale_dtype, w.biases, gi);
+        } else {
+          s = 0.5f * (w.format == WeightFormat::kNvfp4 ? e4m3_to_f32(w.scales[gi])
+                                                       : e8m0_to_f32(w.scales[gi]));
+        }
         double inner = 0.0, xsum = 0.0;
-        for (int64_t b = g * per; b < (g + 1) * per; ++b) {
+        for (int64_t k = k0; k < k1;) {  // the group's runs within one 32-block of x
+          const int64_t b = k / 32, ke = std::min(k1, (b + 1) * 32);
           int32_t isum = 0;
-          for (int64_t k = b * 32; k < b * 32 + 32; ++k)
-            isum += static_cast<int32_t>(unpack_code(row, k, w.bits)) * (256 * q[k] + rr[k]);
+          for (; k < ke; ++k) {
+            const uint32_t c = unpack_code(row, k, w.bits);
+            const int32_t v = affine ? static_cast<int32_t>(c) : kFp4x2[c];
+            isum += v * (256 * q[k] + rr[k]);
+          }
           inner += static_cast<double>(xq.d[t * nb + b]) / 256.0 * isum;
-          xsum += xq.sum[t * nb + b];
+          if (affine && ke % 32 == 0) xsum += xq.sum[t * nb + b];
         }
         acc += s * inner + bias * xsum;
       }

@@ -188,9 +188,9 @@ TEST(PackedMatmul, EachTargetNamesItsIntegerKernels) {
       EXPECT_EQ(path, "avx512-vnni");
 #endif
     } else if (isa == "AVX3") {
-      EXPECT_EQ(path, "avx512-maddubs (4-bit)");
+      EXPECT_EQ(path, "avx512/avx2 (no 8-bit)");
     } else if (isa == "AVX2") {
-      EXPECT_EQ(path, "avx2-maddubs (4-bit)");
+      EXPECT_EQ(path, "avx2 (no 8-bit)");
     } else {
       EXPECT_EQ(path, "none");
     }
@@ -247,34 +247,44 @@ TEST(PackedMatmul, Int8ActivationsEqualTheirScalarReference) {
   const int64_t rows = 21;
   uint32_t seed = 100;
   int checked = 0;
-  for (int bits : {4, 8})
+  // Every affine width (4 and 8 with each scale dtype: read in place or converted; the narrow
+  // widths' kernel reads bf16 and f32 alike), then mxfp4 and nvfp4.
+  std::vector<Spec> specs;
+  for (int bits : {2, 3, 4, 5, 6, 8})
     for (int g : {32, 64, 128})
-      for (int64_t cols : {int64_t{160}, int64_t{384}, int64_t{576}, int64_t{2048}})
-        for (DType sdt : {DType::kBF16, DType::kF32, DType::kF16}) {  // read in place / converted
-          if (cols % g != 0) continue;
-          Case c = make_case(WeightFormat::kAffine, bits, g, sdt, rows, cols, seed++);
-          SCOPED_TRACE(weight_format_str(c.m) + " cols " + std::to_string(cols) + " scale dtype " +
-                       std::to_string(static_cast<int>(sdt)));
-          const int64_t n = 5;
-          std::vector<float> x = random_x(n, cols, seed++);
-          ActQ8 xq;
-          quantize_act_q8(x.data(), n, cols, &xq);
-          std::vector<float> ref(static_cast<size_t>(n * rows)), fref(ref.size());
-          packed_matmul_q8_ref(c.m, xq, ref.data(), rows, 0, rows);
-          packed_matmul_ref(c.m, x.data(), n, fref.data(), rows, 0, rows);
-          for_each_target([&] {
-            if (!packed_q8_supported(c.m)) return;
-            ++checked;
-            for (bool parts : {false, true}) {
-              SCOPED_TRACE(parts ? "parts" : "adjacent strips");
-              std::vector<float> y(ref.size(), NAN);
-              packed_matmul_q8(c.m, xq, y.data(), rows, 0, 4, parts);
-              packed_matmul_q8(c.m, xq, y.data(), rows, 4, rows, parts);
-              // Quantizing x to 8 bits moves the result by well under 1% of the magnitude.
-              expect_int_path_near(c, x, n, rows, y, ref, fref, 1e-2);
-            }
-          });
+      for (DType sdt : {DType::kBF16, DType::kF32, DType::kF16})
+        if (bits == 4 || bits == 8 || sdt != DType::kF16)
+          specs.push_back({WeightFormat::kAffine, bits, g, sdt});
+  specs.push_back({WeightFormat::kMxfp4, 4, 32, DType::kU8});
+  specs.push_back({WeightFormat::kNvfp4, 4, 16, DType::kU8});
+  for (const Spec& sp : specs)
+    for (int64_t cols : {int64_t{160}, int64_t{384}, int64_t{576}, int64_t{2048}}) {
+      const int g = sp.group, bits = sp.bits;
+      const DType sdt = sp.sdt;
+      if (cols % g != 0) continue;
+      Case c = make_case(sp.f, bits, g, sdt, rows, cols, seed++);
+      SCOPED_TRACE(weight_format_str(c.m) + " cols " + std::to_string(cols) + " scale dtype " +
+                   std::to_string(static_cast<int>(sdt)));
+      const int64_t n = 5;
+      std::vector<float> x = random_x(n, cols, seed++);
+      ActQ8 xq;
+      quantize_act_q8(x.data(), n, cols, &xq);
+      std::vector<float> ref(static_cast<size_t>(n * rows)), fref(ref.size());
+      packed_matmul_q8_ref(c.m, xq, ref.data(), rows, 0, rows);
+      packed_matmul_ref(c.m, x.data(), n, fref.data(), rows, 0, rows);
+      for_each_target([&] {
+        if (!packed_q8_supported(c.m)) return;
+        ++checked;
+        for (bool parts : {false, true}) {
+          SCOPED_TRACE(parts ? "parts" : "adjacent strips");
+          std::vector<float> y(ref.size(), NAN);
+          packed_matmul_q8(c.m, xq, y.data(), rows, 0, 4, parts);
+          packed_matmul_q8(c.m, xq, y.data(), rows, 4, rows, parts);
+          // Quantizing x to 8 bits moves the result by well under 1% of the magnitude.
+          expect_int_path_near(c, x, n, rows, y, ref, fref, 1e-2);
         }
+      });
+    }
   // This machine class (x86-64 with AVX2) always has an int8 kernel for 4-bit.
   std::vector<int64_t> targets = hwy::SupportedAndGeneratedTargets();
   bool x86_simd = false;
