@@ -43,25 +43,29 @@ inline float TailQx(const PackedMatrix& w, const uint8_t* row, const S* sp, cons
 // 16j+8..16j+15, so lane l of both falls in the same 16 codes (block l/4, half (l/2)%2): one
 // accumulator per lane serves 128 codes at every group size down to 16.
 struct Unpack64Bytes {
-  alignas(64) uint8_t idx[9][64];    // natural order
-  alignas(64) uint8_t idx_a[9][64];  // chunk order, first register (two-source index)
-  alignas(64) uint8_t idx_b[9][64];  // chunk order, second register
+  alignas(64) uint8_t idx[9][64];     // natural order
+  alignas(64) uint8_t idx_a[9][64];   // chunk order, first register (two-source index)
+  alignas(64) uint8_t idx_b[9][64];   // chunk order, second register
+  alignas(64) uint8_t idx_ab[9][64];  // chunk order, both registers' bytes (bits <= 4)
   alignas(64) uint8_t ctrl[9][64];
-  constexpr Unpack64Bytes() : idx(), idx_a(), idx_b(), ctrl() {
+  alignas(64) uint8_t ctrl_b[9][64];  // the second register's codes from idx_ab
+  constexpr Unpack64Bytes() : idx(), idx_a(), idx_b(), idx_ab(), ctrl(), ctrl_b() {
     for (int bits = 0; bits <= 8; ++bits)
       for (int j = 0; j < 8; ++j)
         for (int i = 0; i < 8; ++i) {
           idx[bits][8 * j + i] = static_cast<uint8_t>(std::min(j * bits + i, 63));
           idx_a[bits][8 * j + i] = static_cast<uint8_t>(std::min(2 * j * bits + i, 127));
           idx_b[bits][8 * j + i] = static_cast<uint8_t>(std::min((2 * j + 1) * bits + i, 127));
+          idx_ab[bits][8 * j + i] = static_cast<uint8_t>(std::min(2 * j * bits + i, 63));
           ctrl[bits][8 * j + i] = static_cast<uint8_t>(i * bits);
+          ctrl_b[bits][8 * j + i] = static_cast<uint8_t>((8 + i) * bits % 64);
         }
   }
 };
 inline constexpr Unpack64Bytes kUnpack64Bytes{};
 
 struct Unpack64Tables {
-  __m512i idx, idx_a, idx_b, ctrl, mask;
+  __m512i idx, idx_a, idx_b, idx_ab, ctrl, ctrl_b, mask;
   __mmask64 load;            // the 8·bits source bytes of 64 codes
   __mmask64 load_a, load_b;  // the 16·bits bytes of 128 codes, in two registers
 };
@@ -71,7 +75,9 @@ inline Unpack64Tables MakeUnpack64(int bits) {
   return {_mm512_load_si512(kUnpack64Bytes.idx[bits]),
           _mm512_load_si512(kUnpack64Bytes.idx_a[bits]),
           _mm512_load_si512(kUnpack64Bytes.idx_b[bits]),
+          _mm512_load_si512(kUnpack64Bytes.idx_ab[bits]),
           _mm512_load_si512(kUnpack64Bytes.ctrl[bits]),
+          _mm512_load_si512(kUnpack64Bytes.ctrl_b[bits]),
           _mm512_set1_epi8(static_cast<char>((1 << bits) - 1)),
           first(8 * bits),
           first(std::min(chunk, 64)),
@@ -92,8 +98,11 @@ inline void Unpack128(const Unpack64Tables& t, const uint8_t* p, __m512i* a, __m
     *a = Codes(t, _mm512_permutex2var_epi8(lo, t.idx_a, hi));
     *b = Codes(t, _mm512_permutex2var_epi8(lo, t.idx_b, hi));
   } else {
-    *a = Codes(t, _mm512_permutexvar_epi8(t.idx_a, lo));
-    *b = Codes(t, _mm512_permutexvar_epi8(t.idx_b, lo));
+    // Codes 16j..16j+15 lie in 2·bits <= 8 bytes: one permutation gives quadword j all of
+    // them, two shift controls take the first and the second eight.
+    const __m512i v = _mm512_permutexvar_epi8(t.idx_ab, lo);
+    *a = Codes(t, v);
+    *b = _mm512_and_si512(_mm512_multishift_epi64_epi8(t.ctrl_b, v), t.mask);
   }
 }
 

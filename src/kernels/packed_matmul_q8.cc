@@ -406,6 +406,15 @@ bool SupportedImpl(const PackedMatrix& w) {
 #endif
 }
 
+bool TilesSupportedImpl(const PackedMatrix& w) {
+#if defined(TQ_Q8_KERNELS) && HWY_TARGET == HWY_AVX3_DL
+  return SupportedImpl(w) && w.cols % 64 == 0;
+#else
+  (void)w;
+  return false;
+#endif
+}
+
 const char* Int8PathImpl() {
 #ifdef TQ_Q8_KERNELS
   return kVnni ? "avx512-vnni" : k512 ? "avx512/avx2 (no 8-bit)" : "avx2 (no 8-bit)";
@@ -455,6 +464,8 @@ inline void StripScalesFp4(const PackedMatrix& w, int64_t r, int64_t n, float* s
     sb[i] = -12.0f * sc[i];
   }
 }
+
+#include "kernels/packed_gemm_q8-inl.h"
 #endif
 
 void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,
@@ -484,6 +495,11 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
     }
     // Without VBMI the narrow codes meet x as 16-bit 256·q + r (packed_codes_q8-inl.h).
 #if HWY_TARGET == HWY_AVX3_DL
+  // A batch of tokens: strips unpacked once, then register tiles (packed_gemm_q8-inl.h).
+  if (xq.n >= kGemmMinTokens && GemmSupported(w)) {
+    GemmQ8(w, xq, gsum.data(), y, ldy, r0, r1);
+    return;
+  }
   // Narrow codes run in 128-code chunks with x in their order (packed_codes_q8-inl.h).
   thread_local std::vector<int8_t> qx, rx;
   if (!nibbles && w.bits < 8) ActChunkOrder(xq, &qx, &rx);
@@ -616,6 +632,7 @@ HWY_AFTER_NAMESPACE();
 namespace tq {
 
 HWY_EXPORT(SupportedImpl);
+HWY_EXPORT(TilesSupportedImpl);
 HWY_EXPORT(QuantizeBlocksImpl);
 HWY_EXPORT(MatmulQ8Impl);
 HWY_EXPORT(Int8PathImpl);
@@ -628,6 +645,10 @@ void quantize_blocks_q8(const float* x, int len, int64_t nb, int8_t* q, int8_t* 
 }
 
 bool packed_q8_supported(const PackedMatrix& w) { return HWY_DYNAMIC_DISPATCH(SupportedImpl)(w); }
+
+bool packed_q8_tiles_supported(const PackedMatrix& w) {
+  return HWY_DYNAMIC_DISPATCH(TilesSupportedImpl)(w);
+}
 
 void packed_matmul_q8(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,
                       int64_t r1, bool parts) {

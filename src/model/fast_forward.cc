@@ -50,9 +50,10 @@ struct MatJob {
 };
 
 // From this many tokens on, products go through decoded strips and OpenBLAS (f32 activations),
-// or with --activations auto from kAutoBlasMinTokens on: below it the integer kernels, which
-// read each weight once per call, beat decoding whole matrices to f32 (SmolLM2 4-bit prefill
-// at 16 / 64 / 256 tokens: integer 180 / 200 / 160 tok/s, OpenBLAS 90 / 240 / 360).
+// or with --activations auto from kAutoBlasMinTokens on where the integer register tiles do not
+// run: below it the per-token integer kernels, which read each weight once per call, beat
+// decoding whole matrices to f32 (SmolLM2 4-bit prefill at 16 / 64 / 256 tokens: integer
+// 180 / 200 / 160 tok/s, OpenBLAS 90 / 240 / 360). The tiles beat OpenBLAS at every length.
 constexpr int64_t kBlasMinTokens = 16;
 constexpr int64_t kAutoBlasMinTokens = 48;
 // On CPUs with AMX, int8 products of this many tokens and more go through the tile kernel.
@@ -101,6 +102,7 @@ struct FastModel::Impl {
   // tok/s), else 1 (weights stream from DRAM, best as one contiguous range per thread: Llama-1B
   // decode lost ~14% with 4).
   int slices_per_thread = 1;
+  bool tiles = true;  // auto keeps batches on the integer tiles where they exist
 
   // Scratch reused across calls (forward is one call at a time: the mutex).
   mutable std::mutex mu;
@@ -180,6 +182,12 @@ FastModel::Impl::Path FastModel::Impl::path(std::span<const PackedMatrix* const>
   if (act != ActPath::kF32 && n >= kAmxMinTokens && amx_available() &&
       std::all_of(ws.begin(), ws.end(), [](const PackedMatrix* w) { return amx_supported(*w); }))
     return Path::kAmx;
+  // Matrices the integer register tiles take stay on them at every batch size with auto
+  // (TQ_TILES=0 in the environment sends their prefills to OpenBLAS, for A/B runs).
+  if (act == ActPath::kAuto && tiles &&
+      std::all_of(ws.begin(), ws.end(),
+                  [](const PackedMatrix* w) { return packed_q8_tiles_supported(*w); }))
+    return Path::kKernels;
   if (act == ActPath::kF32 ? n >= kBlasMinTokens : act == ActPath::kAuto && n >= kAutoBlasMinTokens)
     return Path::kBlas;
   return Path::kKernels;
@@ -487,6 +495,8 @@ Result<std::unique_ptr<FastModel>> FastModel::load(const ModelSource& src,
   const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
   const bool dram = fm->bytes_per_token() >= static_cast<uint64_t>(llc > 0 ? llc : 32 << 20);
   m.slices_per_thread = dram ? 1 : 4;
+  const char* tiles = std::getenv("TQ_TILES");
+  m.tiles = tiles == nullptr || std::string_view(tiles) != "0";
   for (const FastLayer& L : m.layers) {
     m.products.push_back({{&L.q, &L.k, &L.v}, 3});
     m.products.push_back({{&L.o}, 1});

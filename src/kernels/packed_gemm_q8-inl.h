@@ -1,0 +1,136 @@
+// Batched products (prefill) of packed_matmul_q8 on AVX3_DL: each strip of rows is unpacked once
+// to byte codes in natural order (any affine width, mxfp4/nvfp4 through kFp4u) and its scales
+// and biases to f32, then tiles of 4 rows × 4 tokens keep 16 accumulators in registers, so a
+// row's codes and a token's activations are each loaded once per tile, not once per pair.
+// Textually included by packed_matmul_q8.cc after packed_codes_q8-inl.h (no include guard).
+#if HWY_TARGET == HWY_AVX3_DL
+
+constexpr int kTileRows = 4, kTileTokens = 4;
+// From this many tokens on, the tiles; below, the per-token kernels (no unpacked copy).
+constexpr int64_t kGemmMinTokens = 4;
+
+// Row r's codes as bytes (cols / 64 steps of Unpack64; E2M1 codes looked up).
+inline void UnpackRowBytes(const PackedMatrix& w, const Unpack64Tables& tab, int64_t r, bool fp4,
+                           uint8_t* out) {
+  const uint8_t* row = w.data + r * w.row_bytes();
+  const int64_t steps = w.cols / 64, step_bytes = 8 * w.bits;
+  for (int64_t h = 0; h < steps; ++h) {
+    __m512i v = Unpack64(tab, row + step_bytes * h);
+    if (fp4) v = LutFp4(v);
+    _mm512_storeu_si512(out + 64 * h, v);
+  }
+}
+
+// 4 rows (codes[i], f32 scales sc[i]) × 4 tokens (planes q[t], r[t], block scales dv8[t]):
+// out[t * 4 + i] = Σ over the row of s·d·(256·Σcode·q + Σcode·r). kG: 16 or 32 for groups that
+// small (a scale per 4 or 8 lanes of a 64-code step), else 0 (one scale per step).
+template <int kG>
+HWY_INLINE void GemmTile(int64_t steps, int gshift, const uint8_t* const* codes,
+                         const float* const* sc, const int8_t* const* q, const int8_t* const* r,
+                         const float* const* dv8, float* out) {
+  const __m512i idx16 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  const __m512i idx64 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  __m512 acc[kTileRows][kTileTokens];
+#pragma GCC unroll 4
+  for (int i = 0; i < kTileRows; ++i)
+#pragma GCC unroll 4
+    for (int t = 0; t < kTileTokens; ++t) acc[i][t] = _mm512_setzero_ps();
+  for (int64_t h = 0; h < steps; ++h) {
+    __m512i wv[kTileRows];
+    __m512 sv[kTileRows];
+#pragma GCC unroll 4
+    for (int i = 0; i < kTileRows; ++i) {
+      wv[i] = _mm512_loadu_si512(codes[i] + 64 * h);
+      if constexpr (kG == 0)
+        sv[i] = _mm512_set1_ps(sc[i][h >> gshift]);
+      else if constexpr (kG == 16)
+        sv[i] = _mm512_permutexvar_ps(idx16, _mm512_castps128_ps512(_mm_loadu_ps(sc[i] + 4 * h)));
+      else
+        sv[i] = _mm512_permutexvar_ps(idx64, _mm512_castps128_ps512(Load2(sc[i] + 2 * h)));
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < kTileTokens; ++t) {
+      const __m512i qv = _mm512_loadu_si512(q[t] + 64 * h), rv = _mm512_loadu_si512(r[t] + 64 * h);
+      const __m512 dv = _mm512_loadu_ps(dv8[t] + 16 * h);
+#pragma GCC unroll 4
+      for (int i = 0; i < kTileRows; ++i) {
+        __m512i a = _mm512_slli_epi32(_mm512_dpbusd_epi32(Zero512(), wv[i], qv), 8);
+        a = _mm512_dpbusd_epi32(a, wv[i], rv);
+        acc[i][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a), _mm512_mul_ps(dv, sv[i]), acc[i][t]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < kTileTokens; ++t)
+#pragma GCC unroll 4
+    for (int i = 0; i < kTileRows; ++i) out[t * kTileRows + i] = _mm512_reduce_add_ps(acc[i][t]);
+}
+
+// Whether packed_matmul_q8 runs this matrix as tiles for a batch of tokens.
+inline bool GemmSupported(const PackedMatrix& w) {
+  return w.cols % 64 == 0 && (w.format == WeightFormat::kAffine ||
+                              w.format == WeightFormat::kMxfp4 || w.format == WeightFormat::kNvfp4);
+}
+
+// Rows [r0, r1) for every token of xq (gsum: Σx per group per token, G per token).
+inline void GemmQ8(const PackedMatrix& w, const ActQ8& xq, const float* gsum, float* y, int64_t ldy,
+                   int64_t r0, int64_t r1) {
+  constexpr int64_t kStrip = 8;
+  const int64_t cols = w.cols, G = w.groups(), steps = cols / 64, n = xq.n;
+  const bool affine = w.format == WeightFormat::kAffine, fp4 = !affine;
+  const bool bytes = affine && w.bits == 8;  // codes used where they lie
+  const int gshift = w.group >= 64 ? Log2(w.group / 64) : 0;
+  const Unpack64Tables tab = MakeUnpack64(bytes ? 8 : w.bits);
+  thread_local std::vector<uint8_t> cbuf;
+  thread_local std::vector<float> sc, sb;
+  cbuf.resize(static_cast<size_t>(kStrip * cols));
+  sc.resize(static_cast<size_t>(kStrip * G + kPad));
+  sb.resize(static_cast<size_t>(kStrip * G + kPad));
+  float out[kTileRows * kTileTokens];
+  for (int64_t s0 = r0; s0 < r1; s0 += kStrip) {
+    const int64_t m = std::min(kStrip, r1 - s0);
+    const uint8_t* codes[kStrip];
+    for (int64_t i = 0; i < m; ++i) {
+      if (bytes) {
+        codes[i] = w.data + (s0 + i) * cols;
+      } else {
+        UnpackRowBytes(w, tab, s0 + i, fp4, cbuf.data() + i * cols);
+        codes[i] = cbuf.data() + i * cols;
+      }
+    }
+    if (fp4)
+      StripScalesFp4(w, s0, m, sc.data(), sb.data());
+    else
+      StripScales(w, s0, m, sc.data(), sb.data());
+    for (int64_t i0 = 0; i0 < m; i0 += kTileRows) {
+      // A tile's missing rows and tokens repeat its last ones (computed, not stored).
+      const uint8_t* tc[kTileRows];
+      const float* ts[kTileRows];
+      for (int i = 0; i < kTileRows; ++i) {
+        const int64_t ri = std::min<int64_t>(i0 + i, m - 1);
+        tc[i] = codes[ri], ts[i] = sc.data() + ri * G;
+      }
+      for (int64_t t0 = 0; t0 < n; t0 += kTileTokens) {
+        const int8_t *tq[kTileTokens], *tr[kTileTokens];
+        const float* td[kTileTokens];
+        for (int t = 0; t < kTileTokens; ++t) {
+          const int64_t tt = std::min<int64_t>(t0 + t, n - 1);
+          tq[t] = xq.q.data() + tt * cols, tr[t] = xq.r.data() + tt * cols;
+          td[t] = xq.dv8.data() + tt * steps * 16;
+        }
+        if (w.group == 16)
+          GemmTile<16>(steps, gshift, tc, ts, tq, tr, td, out);
+        else if (w.group == 32)
+          GemmTile<32>(steps, gshift, tc, ts, tq, tr, td, out);
+        else
+          GemmTile<0>(steps, gshift, tc, ts, tq, tr, td, out);
+        for (int t = 0; t < kTileTokens && t0 + t < n; ++t)
+          for (int i = 0; i < kTileRows && i0 + i < m; ++i)
+            y[(t0 + t) * ldy + s0 + i0 + i] =
+                out[t * kTileRows + i] + DotF(sb.data() + (i0 + i) * G, gsum + (t0 + t) * G, G);
+      }
+    }
+  }
+}
+
+#endif  // HWY_TARGET == HWY_AVX3_DL
