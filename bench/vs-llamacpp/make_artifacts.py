@@ -213,8 +213,9 @@ def llama1b_gguf(qtype, rng):
     w.add_rope_freq_base(c["rope_theta"])
     w.add_layer_norm_rms_eps(c["rms_norm_eps"])
     w.add_vocab_size(c["vocab_size"])
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0 if qtype == Q.Q4_0 else
-                    gguf.LlamaFileType.MOSTLY_Q8_0)
+    w.add_file_type({Q.Q4_0: gguf.LlamaFileType.MOSTLY_Q4_0, Q.Q8_0: gguf.LlamaFileType.MOSTLY_Q8_0,
+                     Q.Q5_0: gguf.LlamaFileType.MOSTLY_Q5_0,
+                     Q.MXFP4: gguf.LlamaFileType.MOSTLY_MXFP4_MOE}[qtype])
     names = {"model.embed_tokens": "token_embd"}
     for l in range(c["num_hidden_layers"]):
         for hf, gg in (("self_attn.q_proj", "attn_q"), ("self_attn.k_proj", "attn_k"),
@@ -222,11 +223,14 @@ def llama1b_gguf(qtype, rng):
                        ("mlp.gate_proj", "ffn_gate"), ("mlp.up_proj", "ffn_up"),
                        ("mlp.down_proj", "ffn_down")):
             names[f"model.layers.{l}.{hf}"] = f"blk.{l}.{gg}"
-    block_bytes = {Q.Q4_0: 18, Q.Q8_0: 34}[qtype]
+    block_bytes = {Q.Q4_0: 18, Q.Q8_0: 34, Q.Q5_0: 22, Q.MXFP4: 17}[qtype]
     for name, rows, cols in llama1b_linears(c):
         nb = cols // 32
         raw = rng.integers(0, 256, size=(rows, nb, block_bytes), dtype=np.uint8)
-        raw[:, :, 0:2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)  # block scale
+        if qtype == Q.MXFP4:
+            raw[:, :, 0] = 120  # E8M0 block scale 2^-7
+        else:
+            raw[:, :, 0:2] = np.frombuffer(np.float16(0.01).tobytes(), np.uint8)  # block scale
         # gguf takes the byte shape of a quantized tensor and derives [rows, cols] itself.
         w.add_tensor(f"{names[name]}.weight", raw.reshape(rows, nb * block_bytes), raw_dtype=qtype)
     ones = np.ones(c["hidden_size"], np.float32)
@@ -260,6 +264,8 @@ def one_b_formats():
     rng = np.random.default_rng(4321)
     for bits, mode in FORMATS:
         llama1b_mlx(bits, rng, mode)
+    for qt in (Q.Q5_0, Q.MXFP4):  # llama.cpp's peers of 5-bit g64 and mxfp4 (bench/vs-llamacpp)
+        llama1b_gguf(qt, rng)
 
 
 if __name__ == "__main__":

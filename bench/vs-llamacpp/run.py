@@ -6,7 +6,8 @@ decode `-n GEN -d L` at a KV depth of L). Ratios are tq over the faster peer per
 
 Pairs (built into $TQ_CACHE/bench/vs-llamacpp when missing, see make_artifacts.py):
   SmolLM2-135M: our MLX 4-bit g64 vs its GGUF Q4_1; our MLX 8-bit g64 vs GGUF Q8_0.
-  Llama-3.2-1B geometry (random weights): 4-bit g64 vs Q4_0; 8-bit g64 vs Q8_0.
+  Llama-3.2-1B geometry (random weights): 4-bit g64 vs Q4_0; 8-bit g64 vs Q8_0; with
+  make_artifacts.py --only 1b-formats also 5-bit g64 vs Q5_0, mxfp4 vs MXFP4, 3-bit g64 vs Q4_0.
 Usage: run.py [--threads 2] [--prompt-lengths 128,512,2048] [--gen 128] [--repeat 1]
               [--activations auto] [--pairs smol-q4,...] [--peers node,native]
 --repeat N runs the engines N times each, alternated one run at a time; medians are printed.
@@ -82,6 +83,11 @@ def main():
         "smol-q8": (WORK / "smollm2-q8g64", WORK / "smollm2-Q8_0.gguf"),
         "1b-q4": (WORK / "llama1b-q4g64", WORK / "llama1b-Q4_0.gguf"),
         "1b-q8": (WORK / "llama1b-q8g64", WORK / "llama1b-Q8_0.gguf"),
+        # make_artifacts.py --only 1b-formats: 5-bit g64 (5.5 bpw) vs Q5_0 (5.5), mxfp4 vs MXFP4
+        # (4.25 both), 3-bit g64 (3.5) vs Q4_0 (4.5), the smallest llama.cpp type of its kind.
+        "1b-q5": (WORK / "llama1b-q5g64", WORK / "llama1b-Q5_0.gguf"),
+        "1b-mxfp4": (WORK / "llama1b-mxfp4", WORK / "llama1b-MXFP4.gguf"),
+        "1b-q3": (WORK / "llama1b-q3g64", WORK / "llama1b-Q4_0.gguf"),
     }
     print(f"threads {a.threads}, prompt lengths {a.prompt_lengths}, gen {a.gen}, "
           f"repeat {a.repeat}, tq --activations {a.activations}, peers {a.peers}")
