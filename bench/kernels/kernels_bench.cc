@@ -5,7 +5,13 @@
 // BM_Matmul args: bits (16 = bf16, 41/42/48 = mxfp4/nvfp4/mxfp8), rows, cols, n tokens (1 =
 // decode), q8 (1 = int8 activations, 2 = int8 activations on the AMX tile kernel, quantization
 // included).
+#define HWY_WANT_AVX3_DL  // list the same targets as the kernels compile
 #include <benchmark/benchmark.h>
+#include <hwy/targets.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string_view>
 
 #include <random>
 #include <vector>
@@ -143,4 +149,22 @@ BENCHMARK(BM_AttendDecode)
 }  // namespace
 }  // namespace tq
 
-BENCHMARK_MAIN();
+// TQ_BENCH_TARGET=AVX2 (or AVX3, AVX3_DL, ...): run the kernels compiled for that Highway target
+// instead of the best one this CPU supports, to measure the paths of older CPUs here.
+int main(int argc, char** argv) {
+  if (const char* want = std::getenv("TQ_BENCH_TARGET")) {
+    bool found = false;
+    for (int64_t t : hwy::SupportedAndGeneratedTargets())
+      if (std::string_view(hwy::TargetName(t)) == want)
+        hwy::SetSupportedTargetsForTest(t), found = true;
+    if (!found) {
+      std::fprintf(stderr, "TQ_BENCH_TARGET=%s: not a target this CPU runs\n", want);
+      return 2;
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
