@@ -59,10 +59,7 @@ double log_sum_exp(const float* x, int64_t n) {
 
 // KL(p || softmax(x)) = sum p log p - sum p x + logsumexp(x) over one vocabulary row; the sums
 // run in 16 independent lanes (so they vectorize at the baseline ISA) and meet in f64.
-double row_kl(const float* p,
-                                                                           const float* x,
-                                                                           int64_t n,
-                                                                           double neg_entropy) {
+double row_kl(const float* p, const float* x, int64_t n, double neg_entropy) {
   constexpr int kLanes = 16;
   float mx[kLanes];
   for (int j = 0; j < kLanes; ++j) mx[j] = -std::numeric_limits<float>::infinity();
