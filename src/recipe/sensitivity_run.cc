@@ -116,7 +116,11 @@ Status check_resumable(const SensitivityTable& old, const SensitivityTable& now,
   if (old.specs != now.specs) return mismatch("spec list");
   if (old.dtype != now.dtype) return mismatch("dtype");
   if (old.rotation != now.rotation) return mismatch("rotation");
-  if (old.scaled_above_bits != now.scaled_above_bits) return mismatch("--scale-above");
+  if (old.scaled_above_bits != now.scaled_above_bits)
+    return err(
+        "{}: cannot resume: it was measured with --scale-above {} (files without the key: "
+        "0), this run asks for {}; pass --scale-above {} or remove the file",
+        path, old.scaled_above_bits, now.scaled_above_bits, old.scaled_above_bits);
   return ok_status();
 }
 

@@ -89,6 +89,12 @@ def test_threads_agree_and_wide_specs_are_scaled(smollm2_gguf, tmp_path):
             else:  # scaled vs run: the same order of magnitude
                 assert sc["kl"] / 4 < sa["kl"] < sc["kl"] * 4, a["name"]
 
+    # A table run with --scale-above 0 is not resumed under the default, and the error says how.
+    r = subprocess.run([TQ_BIN, "sensitivity", str(smollm2_gguf), "--windows", "1", "--seq-len",
+                        "16", "--bits", "2,4,8", "-o", str(tmp_path / "t0.json"), "--resume"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "pass --scale-above 0" in r.stderr
+
     r = subprocess.run([TQ_BIN, "sensitivity", str(smollm2_gguf), "--scale-above", "9",
                         "-o", str(tmp_path / "bad.json")], capture_output=True, text=True)
     assert r.returncode != 0 and "--scale-above" in r.stderr and len(r.stderr.splitlines()) == 1
