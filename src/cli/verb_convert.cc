@@ -135,7 +135,9 @@ Result<std::string> measured_sensitivity(const ConvertJob& job,
   if (ec) return err("{}: cannot create: {}", dir, ec.message());
   SensitivityRunOptions so;
   so.model = job.source.path;
-  so.out = fmt::format("{}/{:.16}-{}{}.json", dir, fp, dtype_name(job.plan.dtype),
+  // The name carries what makes tables incompatible for --resume (dtype, scaling, rotation).
+  so.out = fmt::format("{}/{:.16}-{}{}{}.json", dir, fp, dtype_name(job.plan.dtype),
+                       so.scale_above_bits > 0 ? fmt::format("-s{}", so.scale_above_bits) : "",
                        rotation ? fmt::format("-rot-{}-{}-{}", rotation_kind_name(rotation->r1),
                                               rotation_kind_name(rotation->r2), rotation->seed)
                                 : "");

@@ -87,6 +87,14 @@ const bool kRegistered = register_verb(
        app.add_option("--modes", o->modes, "Modes: affine, mxfp4, nvfp4, mxfp8 (comma-separated)")
            ->capture_default_str();
        app.add_option("--group-size", o->group_size, "Affine group size")->capture_default_str();
+       app.add_option("--scale-above", o->scale_above_bits,
+                      "Affine widths above this many bits are not run through the network: "
+                      "their KL is the widest measured width's times the ratio of squared "
+                      "weight errors (0: measure every spec)")
+           ->capture_default_str();
+       app.add_option("--threads", o->threads,
+                      "Modules measured at once, each on one thread (0: one per hardware thread)")
+           ->capture_default_str();
        app.add_option("--dtype", o->dtype,
                       "Float dtype of the artifact (weights rounded to it; scales, biases and "
                       "float tensors stored in it): bf16, f16, f32")

@@ -138,37 +138,43 @@ void LayerRunner::embed(std::span<const int32_t> tokens, float* x, const WeightO
     std::copy_n(e + static_cast<int64_t>(tokens[i]) * d, d, x + static_cast<int64_t>(i) * d);
 }
 
-void LayerRunner::attention_half(int64_t l, float* x, int64_t n, const WeightOverride* ov) const {
+void LayerRunner::attention_half(int64_t l, float* x, int64_t n, const WeightOverride* ov,
+                                 int64_t seqs) const {
   const ModelConfig& c = impl_->cfg;
   const Layer& L = impl_->layers[static_cast<size_t>(l)];
   const int64_t d = c.hidden_size, hd = c.head_dim, half = hd / 2;
   const int64_t n_heads = c.num_attention_heads, n_kv = c.num_key_value_heads;
-  const int64_t qd = n_heads * hd, kvd = n_kv * hd;
+  const int64_t qd = n_heads * hd, kvd = n_kv * hd, rows = n * seqs;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  std::vector<float> h(static_cast<size_t>(n * d)), q(static_cast<size_t>(n * qd));
-  std::vector<float> k(static_cast<size_t>(n * kvd)), v(static_cast<size_t>(n * kvd));
-  std::vector<float> att(static_cast<size_t>(n * qd));
-  std::vector<float> cos(static_cast<size_t>(half)), sin(static_cast<size_t>(half));
+  std::vector<float> h(static_cast<size_t>(rows * d)), q(static_cast<size_t>(rows * qd));
+  std::vector<float> k(static_cast<size_t>(rows * kvd)), v(static_cast<size_t>(rows * kvd));
+  std::vector<float> att(static_cast<size_t>(rows * qd));
+  std::vector<float> cos(static_cast<size_t>(n * half)), sin(static_cast<size_t>(n * half));
   using R = TensorRole;
-  rms_norm(x, L.norm_attn.data(), n, d, eps, h.data());
-  matmul_nt(h.data(), n, d, pick(L.q, R::kAttnQ, ov), qd, or_null(L.q_b), q.data());  // [n, qd]
-  matmul_nt(h.data(), n, d, pick(L.k, R::kAttnK, ov), kvd, or_null(L.k_b), k.data());
-  matmul_nt(h.data(), n, d, pick(L.v, R::kAttnV, ov), kvd, or_null(L.v_b), v.data());
+  rms_norm(x, L.norm_attn.data(), rows, d, eps, h.data());
+  matmul_nt(h.data(), rows, d, pick(L.q, R::kAttnQ, ov), qd, or_null(L.q_b), q.data());
+  matmul_nt(h.data(), rows, d, pick(L.k, R::kAttnK, ov), kvd, or_null(L.k_b), k.data());
+  matmul_nt(h.data(), rows, d, pick(L.v, R::kAttnV, ov), kvd, or_null(L.v_b), v.data());
   if (!L.q_norm.empty()) {
-    rms_norm(q.data(), L.q_norm.data(), n * n_heads, hd, eps, q.data());
-    rms_norm(k.data(), L.k_norm.data(), n * n_kv, hd, eps, k.data());
+    rms_norm(q.data(), L.q_norm.data(), rows * n_heads, hd, eps, q.data());
+    rms_norm(k.data(), L.k_norm.data(), rows * n_kv, hd, eps, k.data());
   }
-  for (int64_t i = 0; i < n; ++i) {
-    rope_angles(impl_->inv_freq.data(), half, i, cos.data(), sin.data());
+  for (int64_t i = 0; i < n; ++i)
+    rope_angles(impl_->inv_freq.data(), half, i, cos.data() + i * half, sin.data() + i * half);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* cs = cos.data() + (r % n) * half;
+    const float* sn = sin.data() + (r % n) * half;
     for (int64_t hh = 0; hh < n_heads; ++hh)
-      rope_rotate(q.data() + i * qd + hh * hd, hd, cos.data(), sin.data(), c.rope_traditional);
+      rope_rotate(q.data() + r * qd + hh * hd, hd, cs, sn, c.rope_traditional);
     for (int64_t hh = 0; hh < n_kv; ++hh)
-      rope_rotate(k.data() + i * kvd + hh * hd, hd, cos.data(), sin.data(), c.rope_traditional);
+      rope_rotate(k.data() + r * kvd + hh * hd, hd, cs, sn, c.rope_traditional);
   }
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
-  causal_attention(q.data(), k.data(), v.data(), n, 0, n_heads, n_kv, hd, scale, att.data());
-  matmul_nt(att.data(), n, qd, pick(L.o, R::kAttnO, ov), d, or_null(L.o_b), h.data());  // [n, d]
-  for (int64_t i = 0; i < n * d; ++i) x[i] += h[static_cast<size_t>(i)];
+  for (int64_t s = 0; s < seqs; ++s)
+    causal_attention(q.data() + s * n * qd, k.data() + s * n * kvd, v.data() + s * n * kvd, n, 0,
+                     n_heads, n_kv, hd, scale, att.data() + s * n * qd);
+  matmul_nt(att.data(), rows, qd, pick(L.o, R::kAttnO, ov), d, or_null(L.o_b), h.data());
+  for (int64_t i = 0; i < rows * d; ++i) x[i] += h[static_cast<size_t>(i)];
 }
 
 void LayerRunner::mlp_half(int64_t l, float* x, int64_t n, const WeightOverride* ov) const {

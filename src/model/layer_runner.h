@@ -37,13 +37,16 @@ class LayerRunner {
 
   // x [n, d] = embedding rows of `tokens` (ids checked by the caller).
   void embed(std::span<const int32_t> tokens, float* x, const WeightOverride* ov = nullptr) const;
-  // x [n, d] <- x + attention(x) of layer `l`, positions 0..n-1.
-  void attention_half(int64_t l, float* x, int64_t n, const WeightOverride* ov = nullptr) const;
-  // x [n, d] <- x + mlp(x) of layer `l`.
+  // x [seqs * n, d] <- x + attention(x) of layer `l`: `seqs` independent sequences of n rows,
+  // each at positions 0..n-1 (one batch, so the projections are one large product).
+  void attention_half(int64_t l, float* x, int64_t n, const WeightOverride* ov = nullptr,
+                      int64_t seqs = 1) const;
+  // x [n, d] <- x + mlp(x) of layer `l` (row by row: n may count rows of several sequences).
   void mlp_half(int64_t l, float* x, int64_t n, const WeightOverride* ov = nullptr) const;
-  void layer(int64_t l, float* x, int64_t n, const WeightOverride* ov = nullptr) const {
-    attention_half(l, x, n, ov);
-    mlp_half(l, x, n, ov);
+  void layer(int64_t l, float* x, int64_t n, const WeightOverride* ov = nullptr,
+             int64_t seqs = 1) const {
+    attention_half(l, x, n, ov, seqs);
+    mlp_half(l, x, n * seqs, ov);
   }
   // logits [n, vocab] = final_norm(x) · head^T; a kLmHead (or, tied, kEmbed) override replaces
   // the head.

@@ -68,6 +68,7 @@ Result<SensitivityTable> parse(const json& j, const std::string& path) {
     if (!r->is_object()) return err("{}: 'rotation' must be null or an object", path);
     t.rotation = *r;
   }
+  t.scaled_above_bits = j.value("scaled_above_bits", 0);
   for (const json& m : j.at("modules")) {
     ModuleSensitivity ms;
     ms.name = m.at("name").get<std::string>();
@@ -83,6 +84,7 @@ Result<SensitivityTable> parse(const json& j, const std::string& path) {
       TQ_TRY(k.spec, spec_from(s, where));
       k.kl = s.at("kl").get<double>();
       k.bytes = s.at("bytes").get<uint64_t>();
+      k.scaled_from_bits = s.value("scaled_from_bits", 0);
       ms.specs.push_back(k);
     }
     t.modules.push_back(std::move(ms));
@@ -109,6 +111,7 @@ json sensitivity_to_json(const SensitivityTable& t) {
       s["kl"] = k.kl;
       s["bytes"] = k.bytes;
       s["bpw"] = m.params ? 8.0 * static_cast<double>(k.bytes) / static_cast<double>(m.params) : 0;
+      if (k.scaled_from_bits) s["scaled_from_bits"] = k.scaled_from_bits;
       ss.push_back(s);
     }
     mods.push_back({{"name", m.name},
@@ -142,6 +145,7 @@ json sensitivity_to_json(const SensitivityTable& t) {
           {"fixed_params", t.fixed_params},
           {"fixed_bytes", t.fixed_bytes},
           {"rotation", t.rotation},
+          {"scaled_above_bits", t.scaled_above_bits},
           {"modules", mods}};
 }
 

@@ -19,11 +19,15 @@
 //   "fixed_params": n, "fixed_bytes": b,   // tensors that are never quantized, at dtype
 //   "rotation": null | {"r1": "hadamard", "r2": "hadamard", "seed": 0},  // measured on the
 //                                          // rotation-folded model (absent in older files: null)
+//   "scaled_above_bits": 4,                // affine specs wider than this were not run through
+//                                          // the network (0: every spec was; absent: 0)
 //   "modules": [                           // model order; only finished modules appear
 //     {"name": "model.layers.0.self_attn.q_proj", "role": "attn_q", "layer": 0,
 //      "shape": [576, 576], "params": 331776, "float_bytes": 663552, "seconds": 12.3,
 //      "specs": [{"mode": "affine", "bits": 4, "group_size": 64, "kl": 1.2e-4,
 //                 "bytes": 186624, "bpw": 4.5}, ...]}, ...]
+//   (a scaled spec also has "scaled_from_bits": 4: its kl is that spec's measured kl times the
+//   ratio of the two specs' squared weight errors, sum (W_q - W)^2)
 // }
 // A spec whose group does not divide the module's input width is absent from that module.
 #pragma once
@@ -48,6 +52,7 @@ struct SpecKl {
   QuantSpec spec;
   double kl = 0;
   uint64_t bytes = 0;
+  int scaled_from_bits = 0;  // 0: measured; else scaled from the measured spec of these bits
 };
 
 struct ModuleSensitivity {
@@ -85,6 +90,7 @@ struct SensitivityTable {
   // null: measured on the source as it is; else the rotation folded in first
   // ({"r1": "hadamard", "r2": "hadamard", "seed": 0}), which --rotate-weights must match.
   nlohmann::json rotation;
+  int scaled_above_bits = 0;  // affine specs wider than this are scaled, not measured (0: none)
   std::vector<ModuleSensitivity> modules;
 
   const ModuleSensitivity* find(const std::string& name) const;

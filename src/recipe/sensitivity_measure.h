@@ -4,7 +4,7 @@
 //
 // Cost: the reference residual stream entering every layer (and after every attention half) is
 // cached per window, so a module of layer L re-runs only layers L..end (an MLP module only the
-// MLP half of L) plus the head.
+// MLP half of L) plus the head; a module's specs and windows go through them as one batch.
 #pragma once
 
 #include <cstdint>
@@ -40,10 +40,18 @@ class SensitivityMeter {
   static Result<SensitivityMeter> prepare(const LayerRunner& runner, const CalibWindows& w);
   // Mean KL per scored token with module `m` replaced by `w_module` (its shape).
   double mean_kl(const ModuleSensitivity& m, std::span<const float> w_module) const;
-  // Fills m.specs for `specs` (skipping specs whose group does not divide the input width);
-  // `step()` is called after each spec.
+  // The same for several replacements of the module at once (one batch through the network).
+  std::vector<double> mean_kls(const ModuleSensitivity& m,
+                               std::span<const float* const> variants) const;
+  // Fills m.specs for `specs` (skipping specs whose group does not divide the input width),
+  // all specs in one batch; `step()` is called once per spec at the end. Const: several threads
+  // may measure different modules at once.
+  // An affine spec wider than `scale_above_bits` (> 0) is not run through the network when a
+  // narrower affine spec of the same group (at most scale_above_bits) is: its KL is that
+  // spec's times the ratio of squared weight errors (both deep in the regime where KL is
+  // quadratic in the error).
   Status measure(ModuleSensitivity& m, std::span<const QuantSpec> specs, DType dtype,
-                 const std::function<void()>& step) const;
+                 const std::function<void()>& step, int scale_above_bits = 0) const;
 
  private:
   SensitivityMeter() = default;
@@ -52,6 +60,8 @@ class SensitivityMeter {
   // [layers + 1][count][seq_len * d]: residual entering layer l (l = layers: after the last)
   std::vector<std::vector<std::vector<float>>> x_in_;
   std::vector<std::vector<std::vector<float>>> x_mid_;  // [layers][count]: after attention
+  // Sum over window k's scored rows of KL(reference || softmax(logits row)); logits [n, vocab].
+  double window_kl(const float* logits, int64_t k) const;
   std::vector<std::vector<float>> p_ref_;  // [count][scored * vocab]: reference probabilities
   std::vector<std::vector<double>> neg_entropy_;  // [count][scored]: sum p log p
 };

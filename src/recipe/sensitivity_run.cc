@@ -3,17 +3,26 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <sstream>
+#include <thread>
 
 #include "base/sha256.h"
+#include "base/thread_pool.h"
 #include "convert/fold_float.h"
 #include "eval/eval_model.h"
 #include "io/json_parse.h"
 #include "recipe/sensitivity_measure.h"
+
+extern "C" {
+void openblas_set_num_threads(int) __attribute__((weak));
+int openblas_get_num_threads(void) __attribute__((weak));
+}
 
 namespace tq {
 
@@ -107,14 +116,50 @@ Status check_resumable(const SensitivityTable& old, const SensitivityTable& now,
   if (old.specs != now.specs) return mismatch("spec list");
   if (old.dtype != now.dtype) return mismatch("dtype");
   if (old.rotation != now.rotation) return mismatch("rotation");
+  if (old.scaled_above_bits != now.scaled_above_bits)
+    return err(
+        "{}: cannot resume: it was measured with --scale-above {} (files without the key: "
+        "0), this run asks for {}; pass --scale-above {} or remove the file",
+        path, old.scaled_above_bits, now.scaled_above_bits, old.scaled_above_bits);
   return ok_status();
 }
+
+// While alive, OpenBLAS runs every product on the calling thread: the workers measure modules
+// in parallel themselves, and BLAS threads of their own would oversubscribe the cores.
+class BlasSingleThread {
+ public:
+  explicit BlasSingleThread(bool on) {
+    if (!on || !openblas_set_num_threads || !openblas_get_num_threads) return;
+    saved_ = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+  }
+  ~BlasSingleThread() {
+    if (saved_ > 0) openblas_set_num_threads(saved_);
+  }
+
+ private:
+  int saved_ = 0;
+};
 
 bool is_mlp(TensorRole r) {
   return r == TensorRole::kMlpGate || r == TensorRole::kMlpUp || r == TensorRole::kMlpDown;
 }
 
 }  // namespace
+
+std::vector<QuantSpec> network_specs(std::span<const QuantSpec> specs, int scale_above_bits) {
+  std::vector<QuantSpec> out;
+  for (const QuantSpec& s : specs) {
+    const bool scaled = scale_above_bits > 0 && s.mode == QuantMode::kAffine &&
+                        s.bits > scale_above_bits &&
+                        std::any_of(specs.begin(), specs.end(), [&](const QuantSpec& a) {
+                          return a.mode == QuantMode::kAffine && a.group_size == s.group_size &&
+                                 a.bits <= scale_above_bits;
+                        });
+    if (!scaled) out.push_back(s);
+  }
+  return out;
+}
 
 double estimate_measure_seconds(const ModelConfig& cfg, std::span<const ModuleSensitivity> all,
                                 std::span<const ModuleSensitivity> todo,
@@ -183,6 +228,9 @@ Result<SensitivityRunResult> run_sensitivity(
   t.tie_word_embeddings = cfg.tie_word_embeddings;
   t.dtype = *dt;
   t.specs = specs;
+  if (o.scale_above_bits < 0 || o.scale_above_bits > 8)
+    return err("--scale-above: expected 0 (measure every spec) to 8, got {}", o.scale_above_bits);
+  t.scaled_above_bits = o.scale_above_bits;
   TQ_TRY(CalibWindows calib, calibration(m, o, &t.calibration));
   std::vector<ModuleSensitivity> todo = quantizable_modules(cfg, t.dtype);
   for (const TensorSpec& s : expected_tensors(cfg)) {
@@ -221,8 +269,12 @@ Result<SensitivityRunResult> run_sensitivity(
     if (!o.only.empty() && t.modules.empty()) return err("--only matches no module");
     return r;
   }
-  log(fmt::format("{} modules x {} specs to measure ({} done), {} windows x {} tokens", todo.size(),
-                  specs.size(), t.modules.size(), calib.count, calib.seq_len));
+  log(fmt::format("{} modules x {} specs to measure ({} done), {} windows x {} tokens{}",
+                  todo.size(), specs.size(), t.modules.size(), calib.count, calib.seq_len,
+                  o.scale_above_bits > 0 ? fmt::format("; affine widths above {} bits scaled "
+                                                       "from the widest measured",
+                                                       o.scale_above_bits)
+                                         : ""));
   if (o.rotation) {
     folded_dir = o.out + ".folded";
     log(fmt::format("folding the rotation into {}", folded_dir));
@@ -239,31 +291,68 @@ Result<SensitivityRunResult> run_sensitivity(
   TQ_TRY(SensitivityMeter meter, SensitivityMeter::prepare(*runner, calib));
   const double ref_s = since(t0);
   log(fmt::format("reference pass {:.1f} s", ref_s));
-  const double est = estimate_measure_seconds(cfg, order, todo, specs, ref_s);
+  const std::vector<QuantSpec> run_specs = network_specs(specs, o.scale_above_bits);
+  const int64_t n_threads =
+      std::clamp<int64_t>(o.threads > 0 ? o.threads : ThreadPool::hardware_threads(), 1,
+                          static_cast<int64_t>(todo.size()));
+  const double est =
+      estimate_measure_seconds(cfg, order, todo, run_specs, ref_s) / static_cast<double>(n_threads);
   log(
       fmt::format("estimated time for the measurements: {} (from the reference pass; the "
                   "progress line updates it)",
                   est >= 120 ? fmt::format("{:.0f} min", est / 60) : fmt::format("{:.0f} s", est)));
 
+  // Modules in model order (the costliest first) to `threads` workers, each measuring whole
+  // modules with a single-threaded BLAS; results are written in model order as they finish.
+  const int threads = static_cast<int>(n_threads);
+  std::vector<double> cost;  // per module, in reference passes: the ETA's weights
+  double cost_left = 0;
+  for (const ModuleSensitivity& mod : todo) {
+    cost.push_back(estimate_measure_seconds(cfg, order, {&mod, 1}, run_specs, 1.0));
+    cost_left += cost.back();
+  }
+  const double cost_all = cost_left;
   SensitivityProgress p;
   p.total = static_cast<int64_t>(todo.size() * specs.size());
   const auto t_measure = Clock::now();
-  for (ModuleSensitivity& mod : todo) {
-    const auto tm = Clock::now();
-    auto step = [&] {
-      ++p.done;
-      p.module = mod.name;
+  std::mutex mu;
+  std::atomic<size_t> next{0};
+  Status failed;
+  auto worker = [&] {
+    for (size_t i = next++; i < todo.size(); i = next++) {
+      ModuleSensitivity mod = todo[i];
+      const auto tm = Clock::now();
+      Status st = meter.measure(mod, specs, t.dtype, nullptr, o.scale_above_bits);
+      std::lock_guard<std::mutex> lock(mu);
+      if (!failed.ok()) return;
+      if (st.ok()) {
+        mod.seconds = since(tm);
+        t.modules.push_back(std::move(mod));
+        model_order(t);
+        st = write_sensitivity(o.out, t);
+      }
+      if (!st.ok()) {
+        failed = std::move(st);
+        next = todo.size();
+        return;
+      }
+      ++r.measured_modules;
+      cost_left -= cost[i];
+      p.done += static_cast<int64_t>(specs.size());
+      p.module = todo[i].name;
       p.elapsed_s = since(t_measure);
-      p.eta_s = p.elapsed_s * static_cast<double>(p.total - p.done) / static_cast<double>(p.done);
+      p.eta_s = p.elapsed_s * std::max(cost_left, 0.0) / std::max(cost_all - cost_left, 1e-9);
       if (progress) progress(p);
-    };
-    TQ_CHECK_OK(meter.measure(mod, specs, t.dtype, step));
-    mod.seconds = since(tm);
-    t.modules.push_back(mod);
-    model_order(t);
-    TQ_CHECK_OK(write_sensitivity(o.out, t));
-    ++r.measured_modules;
+    }
+  };
+  {
+    BlasSingleThread blas(threads > 1);
+    std::vector<std::thread> pool;
+    for (int i = 1; i < threads; ++i) pool.emplace_back(worker);
+    worker();
+    for (std::thread& th : pool) th.join();
   }
+  TQ_CHECK_OK(failed);
   r.seconds = since(t0);
   return r;
 }

@@ -26,6 +26,10 @@ struct SensitivityRunOptions {
   std::string dtype = "bf16";
   int64_t seq_len = 128, windows = 2;
   int group_size = 64;
+  int64_t threads = 0;  // modules measured at once; 0: one per hardware thread
+  // Affine widths above this are scaled from the widest measured one (SensitivityMeter::measure);
+  // 0 runs every spec through the network.
+  int scale_above_bits = 4;
   std::vector<std::string> only;  // module-name substrings
   bool resume = false;
   // Measure on the rotation-folded model (folded to "<out>.folded/" first, removed after).
@@ -53,6 +57,9 @@ std::string default_sensitivity_calib();
 double estimate_measure_seconds(const ModelConfig& cfg, std::span<const ModuleSensitivity> all,
                                 std::span<const ModuleSensitivity> todo,
                                 std::span<const QuantSpec> specs, double reference_s);
+
+// The specs run through the network when wider affine ones are scaled (scale_above_bits).
+std::vector<QuantSpec> network_specs(std::span<const QuantSpec> specs, int scale_above_bits);
 
 // `log` gets one-off lines (plan, reference pass, the estimate); `progress` gets a call after
 // every spec.

@@ -95,7 +95,7 @@ def test_automatic_sensitivity_table_follows_the_output_dtype(sources, tmp_path)
     env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "xdg"))
     r = tq("convert", sources["f32"], "--target-bpw", "4.5", "--dry-run", "--json", env=env)
     tables = list((tmp_path / "xdg" / "turboquant" / "sensitivity").glob("*.json"))
-    assert len(tables) == 1 and tables[0].name.endswith("-BF16.json"), tables
+    assert len(tables) == 1 and tables[0].name.endswith("-BF16-s4.json"), tables
     assert json.loads(tables[0].read_text())["dtype"] == "BF16"
     plan = json.loads(r.stdout)
     assert plan["dtype"] == "BF16"

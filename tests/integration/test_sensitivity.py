@@ -61,3 +61,40 @@ def test_kill_and_resume_repeats_no_finished_module(smollm2_gguf, tmp_path):
     r = subprocess.run(args[:7] + ["--bits", "4", "--only", "layers.2", "-o", str(out), "--resume"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode != 0 and "spec list" in r.stderr
+
+
+def test_threads_agree_and_wide_specs_are_scaled(smollm2_gguf, tmp_path):
+    # Two modules at once give the table one thread gives; by default the 8-bit spec is scaled
+    # from the 4-bit one (not run), and --scale-above 0 runs it.
+    def table(name, *extra):
+        out = tmp_path / name
+        r = subprocess.run([TQ_BIN, "sensitivity", str(smollm2_gguf), "--windows", "1",
+                            "--seq-len", "16", "--bits", "2,4,8", "--only", "layers.29.",
+                            "-o", str(out), "--json", *extra],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        return json.loads(out.read_text())
+
+    one, two = table("t1.json", "--threads", "1"), table("t2.json", "--threads", "2")
+    run_all = table("t0.json", "--threads", "2", "--scale-above", "0")
+    assert one["scaled_above_bits"] == 4 and run_all["scaled_above_bits"] == 0
+    assert [m["name"] for m in one["modules"]] == [m["name"] for m in two["modules"]]
+    for a, b, c in zip(one["modules"], two["modules"], run_all["modules"]):
+        for sa, sb, sc in zip(a["specs"], b["specs"], c["specs"]):
+            assert sb["kl"] == pytest.approx(sa["kl"], rel=1e-4, abs=1e-9), a["name"]
+            assert sa.get("scaled_from_bits") == (4 if sa["bits"] == 8 else None)
+            assert "scaled_from_bits" not in sc
+            if sa["bits"] < 8:
+                assert sc["kl"] == pytest.approx(sa["kl"], rel=1e-4, abs=1e-9)
+            else:  # scaled vs run: the same order of magnitude
+                assert sc["kl"] / 4 < sa["kl"] < sc["kl"] * 4, a["name"]
+
+    # A table run with --scale-above 0 is not resumed under the default, and the error says how.
+    r = subprocess.run([TQ_BIN, "sensitivity", str(smollm2_gguf), "--windows", "1", "--seq-len",
+                        "16", "--bits", "2,4,8", "-o", str(tmp_path / "t0.json"), "--resume"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0 and "pass --scale-above 0" in r.stderr
+
+    r = subprocess.run([TQ_BIN, "sensitivity", str(smollm2_gguf), "--scale-above", "9",
+                        "-o", str(tmp_path / "bad.json")], capture_output=True, text=True)
+    assert r.returncode != 0 and "--scale-above" in r.stderr and len(r.stderr.splitlines()) == 1

@@ -143,6 +143,55 @@ TEST_P(SensitivityModel, RunnerMatchesForwardAndKlMatchesAQuantizedCheckpoint) {
   EXPECT_GT(m.specs[0].kl, 10 * m.specs[1].kl);
   EXPECT_EQ(m.specs[0].bytes, m.params / 4 + m.params / 32 * 4);
   EXPECT_EQ(m.specs[2].bytes, m.params / 2 + m.params / 32);
+
+  // measure() runs its specs as one batch through the network: the same KL as one mean_kl per
+  // spec, for a module of each kind (embedding, attention, MLP, and lm_head when untied).
+  for (const ModuleSensitivity& base_m : mods) {
+    if (!(base_m.role == TensorRole::kEmbed || base_m.role == TensorRole::kLmHead ||
+          (base_m.layer == 1 &&
+           (base_m.role == TensorRole::kAttnK || base_m.role == TensorRole::kMlpUp))))
+      continue;
+    ModuleSensitivity b = base_m;
+    ASSERT_TRUE(meter->measure(b, specs, DType::kBF16, nullptr).ok());
+    ASSERT_EQ(b.specs.size(), 3u);
+    std::span<const float> own = (*runner)->weight(b.role, b.layer);
+    for (size_t i = 0; i < 3; ++i) {
+      auto wq = rtn_roundtrip(own, b.shape[0], b.shape[1], specs[i], DType::kBF16);
+      ASSERT_TRUE(wq.ok());
+      const double one = meter->mean_kl(b, *wq);
+      // f32 products of other batch sizes round differently: agreement to 1e-4, as above.
+      EXPECT_NEAR(b.specs[i].kl, one, 1e-4 * one + 1e-8) << b.name << " spec " << i;
+    }
+  }
+
+  // scale_above_bits = 4: the 8-bit spec is not run but scaled from the 4-bit one by the ratio
+  // of squared weight errors; the measured specs keep their values; mxfp4 is always measured.
+  const QuantSpec mixed[] = {{QuantMode::kAffine, 2, 32},
+                             {QuantMode::kAffine, 4, 32},
+                             {QuantMode::kAffine, 8, 32},
+                             {QuantMode::kMxfp4, 4, 32}};
+  ModuleSensitivity full = mods[5], scaled = mods[5];
+  ASSERT_TRUE(meter->measure(full, mixed, DType::kBF16, nullptr).ok());
+  ASSERT_TRUE(meter->measure(scaled, mixed, DType::kBF16, nullptr, 4).ok());
+  ASSERT_EQ(scaled.specs.size(), 4u);
+  for (size_t i : {0u, 1u, 3u}) {
+    EXPECT_EQ(scaled.specs[i].scaled_from_bits, 0);
+    EXPECT_NEAR(scaled.specs[i].kl, full.specs[i].kl, 1e-4 * full.specs[i].kl + 1e-8);
+  }
+  EXPECT_EQ(scaled.specs[2].scaled_from_bits, 4);
+  std::span<const float> own = (*runner)->weight(scaled.role, scaled.layer);
+  auto err2 = [&](const QuantSpec& q) {
+    auto wq = rtn_roundtrip(own, scaled.shape[0], scaled.shape[1], q, DType::kBF16);
+    double e = 0;
+    for (size_t i = 0; i < own.size(); ++i) e += std::pow(double((*wq)[i]) - double(own[i]), 2);
+    return e;
+  };
+  EXPECT_NEAR(scaled.specs[2].kl, scaled.specs[1].kl * err2(mixed[2]) / err2(mixed[1]),
+              1e-9 * scaled.specs[1].kl);
+  // ... and of the order of what running it measures (a random 3-layer model is a loose check;
+  // on SmolLM2 the scaled table gives the same plans, bench/README.md).
+  EXPECT_GT(scaled.specs[2].kl, full.specs[2].kl / 3);
+  EXPECT_LT(scaled.specs[2].kl, full.specs[2].kl * 3);
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, SensitivityModel,
