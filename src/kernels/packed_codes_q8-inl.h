@@ -386,3 +386,79 @@ inline void RowsQx256(const PackedMatrix& w, const uint8_t* const* rp, const S* 
   for (int i = 0; i < R; ++i) out[i] = HSum(t[i]) + DotF(bp[i], gsum, w.groups());
 }
 #endif  // HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3
+
+#if HWY_TARGET == HWY_AVX3
+// RowsQx256's work two blocks (64 codes) at a time in 512-bit registers (AVX-512 BW without
+// VBMI): one masked load of the 8·bits bytes, a dword permutation that gives each 256-bit half
+// Unpack32's arrangement of its block, then the same vpshufb / vpmullw / vpmaddwd. Int32 lanes
+// 0-7 sum block 2h, 8-15 block 2h + 1 (4 lanes per 16 codes).
+template <int R, bool kFp4, typename S>
+inline void RowsQx512w(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
+                       const S* const* bp, const int16_t* x16, const float* d, const float* dv8,
+                       const int8_t* q, const int8_t* rr, const float* gsum, float* out,
+                       int64_t pf) {
+  const Unpack32Tables t = MakeUnpack32(w.bits);
+  auto both = [](__m256i v) { return _mm512_broadcast_i64x4(v); };
+  const int o = 2 * w.bits / 4, bits = w.bits;
+  const __m512i perm =
+      _mm512_setr_epi32(0, 1, 2, 3, o, o + 1, o + 2, o + 3, bits, bits + 1, bits + 2, bits + 3,
+                        bits + o, bits + o + 1, bits + o + 2, bits + o + 3);
+  const __m512i shuf_a = both(t.shuf_a), shuf_b = both(t.shuf_b);
+  const __m512i mul_a = both(t.mul_a), mul_b = both(t.mul_b);
+  const __m512i mask = _mm512_set1_epi16(static_cast<int16_t>((1 << bits) - 1));
+  const __m512i lut =
+      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kFp4u)));
+  const __m512i low = _mm512_set1_epi16(0xFF);
+  const __mmask64 load = bits >= 8 ? ~__mmask64{0} : (__mmask64{1} << (8 * bits)) - 1;
+  const int64_t steps = w.cols / 64, step_bytes = 8 * bits;
+  const int gshift = w.group >= 64 ? Log2(w.group / 64) : 0;
+  auto ld2 = [](const int16_t* a, const int16_t* b) {
+    return _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)), 1);
+  };
+  __m512 u[R];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) u[i] = _mm512_setzero_ps();
+  for (int64_t h = 0; h < steps; ++h) {
+    const int16_t* xb = x16 + 64 * h;
+    const __m512i xa = ld2(xb, xb + 32), xc = ld2(xb + 16, xb + 48);
+    const __m512 dvh = _mm512_loadu_ps(dv8 + 16 * h);
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* p = rp[i] + step_bytes * h;
+      if (pf) Prefetch(p + pf);
+      const __m512i v = _mm512_permutexvar_epi32(perm, _mm512_maskz_loadu_epi8(load, p));
+      auto code = [&](__m512i shuf, __m512i mul) {
+        __m512i c = _mm512_and_si512(
+            _mm512_srli_epi16(_mm512_mullo_epi16(_mm512_shuffle_epi8(v, shuf), mul), 8), mask);
+        if constexpr (kFp4) c = _mm512_and_si512(_mm512_shuffle_epi8(lut, c), low);
+        return c;
+      };
+      const __m512i acc = _mm512_add_epi32(_mm512_madd_epi16(code(shuf_a, mul_a), xa),
+                                           _mm512_madd_epi16(code(shuf_b, mul_b), xc));
+      const S* si = sp[i];
+      __m512 sv;
+      if (w.group == 16)
+        sv = _mm512_permutexvar_ps(
+            _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3),
+            _mm512_castps128_ps512(_mm_setr_ps(ScaleAt(si, 4 * h), ScaleAt(si, 4 * h + 1),
+                                               ScaleAt(si, 4 * h + 2), ScaleAt(si, 4 * h + 3))));
+      else if (w.group == 32)
+        sv = _mm512_insertf32x8(_mm512_set1_ps(ScaleAt(si, 2 * h)),
+                                _mm256_set1_ps(ScaleAt(si, 2 * h + 1)), 1);
+      else
+        sv = _mm512_set1_ps(ScaleAt(si, h >> gshift));
+      u[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(dvh, sv), u[i]);
+    }
+  }
+  float ys[R];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) ys[i] = _mm512_reduce_add_ps(u[i]);
+  for (int i = 0; i < R; ++i) {
+    float y = ys[i];
+    if (w.cols % 64 != 0) y += TailQx(w, rp[i], sp[i], q, rr, d, kFp4);
+    out[i] = y + DotF(bp[i], gsum, w.groups());
+  }
+}
+#endif  // HWY_TARGET == HWY_AVX3

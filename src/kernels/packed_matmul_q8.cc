@@ -596,10 +596,17 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
 #else
           (void)dv8;
           const int16_t* xt = x16.data() + t * cols;
+#if HWY_TARGET == HWY_AVX3
+          if (!affine)
+            RowsQx512w<kR, true>(w, rp + j, sp + j, bp + j, xt, d, dv8, q, rr, gs, out, pf);
+          else
+            RowsQx512w<kR, false>(w, rp + j, sp + j, bp + j, xt, d, dv8, q, rr, gs, out, pf);
+#else
           if (!affine)
             RowsQx256<kR, true>(w, rp + j, sp + j, bp + j, xt, d, gs, out, pf);
           else
             RowsQx256<kR, false>(w, rp + j, sp + j, bp + j, xt, d, gs, out, pf);
+#endif
 #endif
         };
         if (bf16)
