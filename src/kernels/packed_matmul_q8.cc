@@ -493,7 +493,6 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
       for (int64_t b = 0; b < per; ++b) s += xq.sum[t * nb + g * per + b];
       gsum[t * G + g] = s;
     }
-    // Without VBMI the narrow codes meet x as 16-bit 256·q + r (packed_codes_q8-inl.h).
 #if HWY_TARGET == HWY_AVX3_DL
   // A batch of tokens: strips unpacked once, then register tiles (packed_gemm_q8-inl.h).
   if (xq.n >= kGemmMinTokens && GemmSupported(w)) {
