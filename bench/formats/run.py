@@ -9,7 +9,11 @@ tok/s scaled by its bytes (what a memory-bound decode would give: 4-bit tok/s x 
 these bytes), the ratio to it, and the share of the roofline `tq bench` prints (measured read
 bandwidth / bytes per token).
 
+--extra DIR (repeatable) adds any SmolLM2 artifact to the SmolLM2 set, e.g. an allocated one
+(scripts/demo leaves allocated-3.5bpw in $TQ_CACHE/demo/artifacts).
+
 Usage: bench/formats/run.py [--models smol,1b] [--rounds 3] [--gen 64] [--threads 0] [--json F]
+                            [--extra DIR ...]
 """
 import argparse
 import json
@@ -82,6 +86,7 @@ def main():
     ap.add_argument("--gen", type=int, default=64)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--extra", action="append", default=[], help="another SmolLM2 artifact")
     a = ap.parse_args()
     sets = {"smol": ("SmolLM2-135M", smol_models), "1b": ("Llama-1B geometry", one_b_models)}
     results = {}
@@ -89,6 +94,8 @@ def main():
     for key in a.models.split(","):
         title, make = sets[key]
         models = make()
+        if key == "smol":
+            models += [(Path(e).name, Path(e)) for e in a.extra]
         runs = {name: [] for name, _ in models}
         for r in range(a.rounds):
             for name, d in models:

@@ -35,6 +35,25 @@ inline float TailQx(const PackedMatrix& w, const uint8_t* row, const S* sp, cons
   return y;
 }
 
+#if HWY_TARGET != HWY_AVX2
+// Row i's result from its per-lane sums u[i] (as the chunk and step loops leave them): the
+// lanes reduced, the scalar tail of a row whose columns are not a multiple of 64, the biases.
+template <int R, bool kFp4, typename S>
+HWY_INLINE void FinishRows(const PackedMatrix& w, const __m512* u, const uint8_t* const* rp,
+                           const S* const* sp, const S* const* bp, const int8_t* q,
+                           const int8_t* rr, const float* d, const float* gsum, float* out) {
+  // Reduced in an unrolled loop: u[] indexed at run time would live on the stack.
+  float ys[R];
+#pragma GCC unroll 8
+  for (int i = 0; i < R; ++i) ys[i] = _mm512_reduce_add_ps(u[i]);
+  for (int i = 0; i < R; ++i) {
+    float y = ys[i];
+    if (w.cols % 64 != 0) y += TailQx(w, rp[i], sp[i], q, rr, d, kFp4);
+    out[i] = y + DotF(bp[i], gsum, w.groups());
+  }
+}
+#endif
+
 #if HWY_TARGET == HWY_AVX3_DL
 // Unpacking 64 codes of `bits` bits (2..8) into bytes: vpermb gives each output quadword the
 // `bits` source bytes of its 8 codes, vpmultishiftqb takes code i of a quadword from bit
@@ -145,10 +164,6 @@ HWY_INLINE void QxChunks(const PackedMatrix& w, const uint8_t* const* rp, const 
   const int64_t full = w.cols / 128, chunk_bytes = 16 * w.bits;
   const int cshift = w.group >= 128 ? Log2(w.group / 128) : 0;
   const Unpack64Tables tab = MakeUnpack64(w.bits);
-  const __m512i idx16 = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-  const __m512i idx32 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  const __m512i idx64 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  const __m512i bidx32 = BfIdx32(), bidx64 = BfIdx64();
   for (int64_t c = 0; c < full; ++c) {
     const __m512i q1 = _mm512_loadu_si512(qx + 128 * c), q2 = _mm512_loadu_si512(qx + 128 * c + 64);
     const __m512i r1 = _mm512_loadu_si512(rx + 128 * c), r2 = _mm512_loadu_si512(rx + 128 * c + 64);
@@ -168,20 +183,7 @@ HWY_INLINE void QxChunks(const PackedMatrix& w, const uint8_t* const* rp, const 
       acc = _mm512_slli_epi32(_mm512_dpbusd_epi32(acc, b, q2), 8);
       acc = _mm512_dpbusd_epi32(acc, a, r1);
       acc = _mm512_dpbusd_epi32(acc, b, r2);
-      const S* si = sp[i];
-      __m512 sv;
-      if constexpr (kG == 0)
-        sv = _mm512_set1_ps(ScaleAt(si, c >> cshift));
-      else if constexpr (kG == 16)
-        sv = _mm512_permutexvar_ps(idx16, _mm512_castps256_ps512(_mm256_loadu_ps(si + 8 * c)));
-      else if constexpr (!std::is_same_v<S, float>)
-        sv = kG == 32
-                 ? BfLanes(bidx32, _mm_loadl_epi64(reinterpret_cast<const __m128i*>(si + 4 * c)))
-                 : BfLanes(bidx64, Load2Bf(si + 2 * c));
-      else if constexpr (kG == 32)
-        sv = _mm512_permutexvar_ps(idx32, _mm512_castps128_ps512(_mm_loadu_ps(si + 4 * c)));
-      else
-        sv = _mm512_permutexvar_ps(idx64, _mm512_castps128_ps512(Load2(si + 2 * c)));
+      const __m512 sv = ChunkScales<kG>(sp[i], c, cshift);
       u[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(dvc, sv), u[i]);
     }
   }
@@ -277,16 +279,7 @@ inline void RowsQx(const PackedMatrix& w, const uint8_t* const* rp, const S* con
     else
       QxRun<R, kUnpack, kFp4, 0, 0>(w, rp, sp, q, rr, qx, rx, dv, dv8, pf, u);
   }
-  // Reduced in an unrolled loop: u[] indexed at run time would live on the stack, stored to at
-  // every step of the loop above.
-  float ys[R];
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) ys[i] = _mm512_reduce_add_ps(u[i]);
-  for (int i = 0; i < R; ++i) {
-    float y = ys[i];
-    if (w.cols % 64 != 0) y += TailQx(w, rp[i], sp[i], q, rr, d, kFp4);
-    out[i] = y + DotF(bp[i], gsum, w.groups());
-  }
+  FinishRows<R, kFp4>(w, u, rp, sp, bp, q, rr, d, gsum, out);
 }
 #endif  // HWY_TARGET == HWY_AVX3_DL
 
@@ -452,13 +445,6 @@ inline void RowsQx512w(const PackedMatrix& w, const uint8_t* const* rp, const S*
       u[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(dvh, sv), u[i]);
     }
   }
-  float ys[R];
-#pragma GCC unroll 8
-  for (int i = 0; i < R; ++i) ys[i] = _mm512_reduce_add_ps(u[i]);
-  for (int i = 0; i < R; ++i) {
-    float y = ys[i];
-    if (w.cols % 64 != 0) y += TailQx(w, rp[i], sp[i], q, rr, d, kFp4);
-    out[i] = y + DotF(bp[i], gsum, w.groups());
-  }
+  FinishRows<R, kFp4>(w, u, rp, sp, bp, q, rr, d, gsum, out);
 }
 #endif  // HWY_TARGET == HWY_AVX3

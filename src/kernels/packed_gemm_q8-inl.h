@@ -66,12 +66,6 @@ HWY_INLINE void GemmTile(int64_t steps, int gshift, const uint8_t* const* codes,
     for (int i = 0; i < kTileRows; ++i) out[t * kTileRows + i] = _mm512_reduce_add_ps(acc[i][t]);
 }
 
-// Whether packed_matmul_q8 runs this matrix as tiles for a batch of tokens.
-inline bool GemmSupported(const PackedMatrix& w) {
-  return w.cols % 64 == 0 && (w.format == WeightFormat::kAffine ||
-                              w.format == WeightFormat::kMxfp4 || w.format == WeightFormat::kNvfp4);
-}
-
 // Rows [r0, r1) for every token of xq (gsum: Σx per group per token, G per token).
 inline void GemmQ8(const PackedMatrix& w, const ActQ8& xq, const float* gsum, float* y, int64_t ldy,
                    int64_t r0, int64_t r1) {

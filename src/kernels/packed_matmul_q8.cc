@@ -238,6 +238,30 @@ inline __m512i BfIdx32() {
                           0, 0, 0, 0, 0, 0, 0);
 }
 
+// The scales of 128-code chunk c of one row (scales at si), per lane: lane l covers 32-block
+// l/4 (Q4Chunks, QxChunks) and its 16-code half (l/2)%2. kG: 16, 32 or 64 when the group is that
+// small (16 only from f32 scales), else 0 (one scale per chunk, group >> cshift chunks).
+template <int kG, typename S>
+HWY_INLINE __m512 ChunkScales(const S* si, int64_t c, int cshift) {
+  if constexpr (kG == 0) {
+    return _mm512_set1_ps(ScaleAt(si, c >> cshift));
+  } else if constexpr (kG == 16) {
+    static_assert(std::is_same_v<S, float>);
+    const __m512i idx16 = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    return _mm512_permutexvar_ps(idx16, _mm512_castps256_ps512(_mm256_loadu_ps(si + 8 * c)));
+  } else if constexpr (!std::is_same_v<S, float>) {
+    return kG == 32
+               ? BfLanes(BfIdx32(), _mm_loadl_epi64(reinterpret_cast<const __m128i*>(si + 4 * c)))
+               : BfLanes(BfIdx64(), Load2Bf(si + 2 * c));
+  } else if constexpr (kG == 32) {
+    const __m512i idx32 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+    return _mm512_permutexvar_ps(idx32, _mm512_castps128_ps512(_mm_loadu_ps(si + 4 * c)));
+  } else {
+    const __m512i idx64 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    return _mm512_permutexvar_ps(idx64, _mm512_castps128_ps512(Load2(si + 2 * c)));
+  }
+}
+
 // The 128-code chunks of R rows (AVX-512): u[i] gets row i's Σ per lane. kG: the group size when
 // 32 or 64, else 0 (one scale per chunk). kPf: each load requests the same line pf bytes (whole
 // rows) further on, so every line is requested one row group ahead. A linear stream over the
@@ -249,10 +273,6 @@ inline void Q4Chunks(const PackedMatrix& w, const uint8_t* const* rp, const S* c
   const int64_t full = w.cols / 128;
   const int cshift = w.group >= 128 ? Log2(w.group / 128) : 0;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
-  // Lane i of a 128-chunk covers 32-block i/4: scales per lane by a permutation of 4 floats.
-  const __m512i idx32 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
-  const __m512i idx64 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  const __m512i bidx32 = BfIdx32(), bidx64 = BfIdx64();
   const __m512i lut =
       _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kFp4u)));
 #pragma GCC unroll 8
@@ -276,18 +296,7 @@ inline void Q4Chunks(const PackedMatrix& w, const uint8_t* const* rp, const S* c
       acc = _mm512_slli_epi32(DotU8S8(acc, hi, qh), 8);
       acc = DotU8S8(acc, lo, rl);
       acc = DotU8S8(acc, hi, rh);
-      const S* si = sp[i];
-      __m512 sv;
-      if constexpr (kG == 0)
-        sv = _mm512_set1_ps(ScaleAt(si, c >> cshift));
-      else if constexpr (!std::is_same_v<S, float>)
-        sv = kG == 32
-                 ? BfLanes(bidx32, _mm_loadl_epi64(reinterpret_cast<const __m128i*>(si + 4 * c)))
-                 : BfLanes(bidx64, Load2Bf(si + 2 * c));
-      else if constexpr (kG == 32)
-        sv = _mm512_permutexvar_ps(idx32, _mm512_castps128_ps512(_mm_loadu_ps(si + 4 * c)));
-      else
-        sv = _mm512_permutexvar_ps(idx64, _mm512_castps128_ps512(Load2(si + 2 * c)));
+      const __m512 sv = ChunkScales<kG>(sp[i], c, cshift);
       u[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(dvc, sv), u[i]);
     }
   }
@@ -495,7 +504,7 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
     }
 #if HWY_TARGET == HWY_AVX3_DL
   // A batch of tokens: strips unpacked once, then register tiles (packed_gemm_q8-inl.h).
-  if (xq.n >= kGemmMinTokens && GemmSupported(w)) {
+  if (xq.n >= kGemmMinTokens && TilesSupportedImpl(w)) {
     GemmQ8(w, xq, gsum.data(), y, ldy, r0, r1);
     return;
   }
