@@ -109,7 +109,7 @@ TEST(Hadamard, KroneckerIsExact) {
   expect_hadamard(k);
 }
 
-// Hidden sizes and head_dims of the model cards (FORMATS.md §6.5; README "Rotation sizes").
+// Hidden sizes and head_dims of the model cards (FORMATS.md §6.5; the table in docs/ROTATION.md).
 TEST(Hadamard, ModelCardSizes) {
   struct Case {
     const char* model;
