@@ -34,6 +34,40 @@ inline void add_runtime_flags(CLI::App& app, RuntimeOptions* o) {
          "fast runtime: KV cache elements, f16 (half the bytes decode attention reads) or f32")
       ->check(CLI::IsMember({"f16", "f32"}, CLI::ignore_case))
       ->default_str("f16");
+  // A/B knobs; each also reads its environment variable when the flag is absent (validated the
+  // same way), so a bench script can switch them for every verb it runs.
+  app.add_option("--read-ahead", o->read_ahead,
+                 "fast runtime: bytes each waiting thread reads ahead of the next product while "
+                 "decoding (0: none)")
+      ->envname("TQ_READ_AHEAD")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            const bool digits = !v.empty() && v.size() <= 15 &&
+                                v.find_first_not_of("0123456789") == std::string::npos;
+            return digits ? "" : "a byte count (0: none) is needed (flag or TQ_READ_AHEAD), "
+                                 "not '" + v + "'";
+          },
+          "BYTES"))
+      ->capture_default_str();
+  auto on_off = [&app](const char* name, bool* dst, const char* env, const char* help) {
+    app.add_option_function<std::string>(
+           name, [dst](const std::string& v) { *dst = v == "on" || v == "1"; }, help)
+        ->envname(env)
+        ->check(CLI::Validator(
+            [env](std::string& v) -> std::string {
+              return v == "on" || v == "off" || v == "1" || v == "0"
+                         ? ""
+                         : std::string("on, off, 1 or 0 is needed (flag or ") + env + "), not '" +
+                               v + "'";
+            },
+            "on|off"))
+        ->default_str("on");
+  };
+  on_off("--tiles", &o->tiles, "TQ_TILES",
+         "fast runtime: on: batches stay on the integer register tiles where they exist; off: "
+         "they go to f32 + OpenBLAS from 48 tokens");
+  on_off("--amx", &o->amx, "TQ_AMX",
+         "fast runtime: on: int8 batches of 16+ tokens use AMX where the CPU has it");
 }
 
 }  // namespace tq::cli

@@ -341,8 +341,7 @@ bool amx_available() {
     // AVX-512 instructions of amx_target need; CPUID bits alone do not say the OS enabled them.
     const bool avx512 = (hwy::SupportedTargets() & HWY_AVX3) != 0;
     const bool amx = ((d >> 24) & 1) && ((d >> 25) & 1);  // AMX-TILE, AMX-INT8
-    const char* env = std::getenv("TQ_AMX");
-    if (!avx512 || !amx || (env != nullptr && std::strcmp(env, "0") == 0)) return false;
+    if (!avx512 || !amx) return false;
     // Linux hands out the 8 KiB tile state only on request (ARCH_REQ_XCOMP_PERM, XTILEDATA).
     return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
   }();

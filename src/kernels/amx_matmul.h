@@ -31,7 +31,7 @@ int8_t act_tile_q(const ActTiles& xt, int64_t t, int64_t k);
 int8_t act_tile_r(const ActTiles& xt, int64_t t, int64_t k);
 
 // Whether this CPU has AMX-INT8 and the OS granted this process the tile state (asked once, on
-// the first call; TQ_AMX=0 in the environment then turns it off, for A/B runs).
+// the first call; RuntimeOptions::amx can still keep the runtime off it).
 bool amx_available();
 // Whether the AMX kernel takes this matrix: affine, group a multiple of 64, rows % 16 == 0.
 bool amx_supported(const PackedMatrix& w);

@@ -1,7 +1,6 @@
-// The forward pass (llama / qwen2 / qwen3), driven by ModelConfig, on one of two runtimes:
-// the reference (every weight dequantized to f32 at load, products through OpenBLAS) and the
-// fast one (model/fast_forward.h: weights used packed and memory-mapped, SIMD kernels, a
-// thread pool).
+// The forward pass (llama / qwen2 / qwen3), driven by ModelConfig, on one of two runtimes
+// (model/runtime.h): the f32 reference and the fast one. Both run the decoder layer of
+// model/layer.h.
 #pragma once
 
 #include <cstdint>
@@ -47,22 +46,22 @@ struct RuntimeOptions {
   int threads = 0;         // fast runtime: threads in all (<= 0: one per core)
   ActPath activations = ActPath::kAuto;
   KvType kv_cache = KvType::kF16;  // fast runtime
+  // Fast runtime, for A/B runs: bytes per waiting thread and product read ahead while decoding
+  // (0: none), the integer register tiles for batches, the AMX tile kernel where the CPU has it.
+  int64_t read_ahead = 1 << 20;
+  bool tiles = true;
+  bool amx = true;
 };
-
-class FastModel;
 
 class Transformer {
  public:
   ~Transformer();
-  // Loads every weight of `src` as f32 (TensorSource::load_f32_compute: MLX affine weights
-  // dequantized in f32, as mlx computes with f32 activations). `progress(done, total)` is
-  // called per tensor.
+  // The runtime `opts` picks: the fast one (the default: packed weights memory-mapped, SIMD
+  // kernels, a thread pool) or the f32 reference (opts.reference: every weight dequantized to
+  // f32 at load, products through OpenBLAS). The fast one maps the checkpoint's files itself,
+  // so `src` may be released after this returns. `progress(done, total)` per tensor.
   static Result<std::unique_ptr<Transformer>> load(
-      const ModelSource& src, std::function<void(int64_t, int64_t)> progress = nullptr);
-  // Either runtime, as `opts` says. The fast one maps the checkpoint's files itself, so `src`
-  // may be released after this returns.
-  static Result<std::unique_ptr<Transformer>> load(
-      const ModelSource& src, const RuntimeOptions& opts,
+      const ModelSource& src, const RuntimeOptions& opts = {},
       std::function<void(int64_t, int64_t)> progress = nullptr);
 
   // "reference (OpenBLAS SkylakeX x2)" or "fast (AVX3_DL, 2 threads, auto activations)".

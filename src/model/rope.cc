@@ -3,6 +3,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "kernels/ops.h"
+
 namespace tq {
 
 Result<std::vector<double>> rope_inv_freq(const ModelConfig& cfg) {
@@ -34,6 +36,27 @@ Result<std::vector<double>> rope_inv_freq(const ModelConfig& cfg) {
     inv[static_cast<size_t>(i)] = 1.0 / p;
   }
   return inv;
+}
+
+void rope_table(const std::vector<double>& inv_freq, int64_t p0, int64_t n, float* cos,
+                float* sin) {
+  const int64_t half = static_cast<int64_t>(inv_freq.size());
+  for (int64_t i = 0; i < n; ++i)
+    rope_angles(inv_freq.data(), half, p0 + i, cos + i * half, sin + i * half);
+}
+
+void rope_rows(const ModelConfig& c, const float* cos, const float* sin, int64_t n, int64_t r0,
+               int64_t r1, float* q, float* k) {
+  const int64_t hd = c.head_dim, half = hd / 2;
+  const int64_t qd = c.num_attention_heads * hd, kvd = c.num_key_value_heads * hd;
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* cr = cos + (r % n) * half;
+    const float* sr = sin + (r % n) * half;
+    for (int64_t h = 0; h < c.num_attention_heads; ++h)
+      rope_rotate(q + r * qd + h * hd, hd, cr, sr, c.rope_traditional);
+    for (int64_t h = 0; h < c.num_key_value_heads; ++h)
+      rope_rotate(k + r * kvd + h * hd, hd, cr, sr, c.rope_traditional);
+  }
 }
 
 }  // namespace tq

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "model/layer.h"
+#include "model/rope.h"
 #include "model/tensor_table.h"
 
 namespace tq {
@@ -64,8 +66,11 @@ Result<std::unique_ptr<GptqDriver>> GptqDriver::create(const ModelConfig& cfg,
                                                        const CalibSet& calib,
                                                        GptqDriverOptions options) {
   if (calib.rows() < 1) return err("gptq: no calibration rows");
+  if (calib.seq_len < 1) return err("gptq: calibration sequence length {} < 1", calib.seq_len);
+  TQ_CHECK_OK(check_geometry(cfg));
   std::unique_ptr<GptqDriver> d(new GptqDriver());
   d->cfg_ = cfg;
+  TQ_TRY(d->inv_freq_, rope_inv_freq(cfg));
   d->opt_ = std::move(options);
   d->rows_ = calib.rows();
   d->seq_ = calib.seq_len;
@@ -166,10 +171,26 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
                next_layer_);
   if (!have_input_) return err("gptq: layer {} has no input activations (set_embedding)", layer);
   const double t0 = layer_t0_ = now_s();
-  TQ_TRY(LayerWeights lw, layer_weights_from(tensors, cfg_, layer));
-  TQ_TRY(CalibLayerRunner run, CalibLayerRunner::create(cfg_, seq_));
+  // The layer as f32 (quantized modules are written back as they are done, so the stages
+  // after them see the quantized path), and its stages called one by one in GPTQ's
+  // true-sequential order.
+  F32Layer lw;
+  TQ_CHECK_OK(load_layer_tensors(
+      cfg_, layer, lw, [&](const TensorSpec& s, std::vector<float>& dst) -> Status {
+        auto it = tensors.find(s.name);
+        if (it == tensors.end()) return err("layer {}: tensor '{}' missing", layer, s.name);
+        if (it->second.shape != s.shape ||
+            static_cast<int64_t>(it->second.data.size()) != shape_numel(s.shape))
+          return err("layer {}: tensor '{}' has shape {}, the config implies {}", layer, s.name,
+                     shape_str(it->second.shape), shape_str(s.shape));
+        dst = it->second.data;
+        return ok_status();
+      }));
+  const F32Step step(cfg_);
+  F32Buffers buffers;
   const auto names = linear_names(cfg_, layer);
-  const int64_t dd = cfg_.hidden_size, qd = run.qd(), inter = run.inter();
+  const int64_t dd = cfg_.hidden_size, qd = cfg_.num_attention_heads * cfg_.head_dim;
+  const int64_t inter = cfg_.intermediate_size;
   std::vector<GptqModule> out;
 
   // Quantizes the modules of `roles` that have a spec, all with the Hessian in `acc`.
@@ -181,8 +202,9 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
       const QuantSpec* spec = find_spec(specs, name);
       if (spec == nullptr) continue;
       if (h.empty()) h = acc.hessian();
-      TQ_TRY(GptqModule m, quantize_module(layer, name, tensors.at(name), *spec, dtype, h,
-                                           layer_matrix(lw, cfg_, name)));
+      std::vector<float>* dst = nullptr;
+      with_layer_tensor(lw, role, [&](std::vector<float>& v) { dst = &v; });
+      TQ_TRY(GptqModule m, quantize_module(layer, name, tensors.at(name), *spec, dtype, h, dst));
       out.push_back(std::move(m));
     }
     return ok_status();
@@ -196,13 +218,15 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
     return (x_.spilled() ? 0 : x_.bytes()) + rows_ * width * 4 <= opt_.max_calib_memory;
   };
 
-  std::vector<float> xb(static_cast<size_t>(seq_ * dd)), h(xb.size());
+  std::vector<float> xb(static_cast<size_t>(seq_ * dd));
+  F32Io io = buffers.bind(cfg_, inv_freq_, xb.data(), seq_);
+  const std::span<const float> h(io.h, static_cast<size_t>(seq_ * dd));
   {  // A: q/k/v
     HessianAccumulator acc(dd, opt_.hessian);
     if (wanted({TensorRole::kAttnQ, TensorRole::kAttnK, TensorRole::kAttnV})) {
       for (int64_t r = 0; r < rows_; ++r) {
         TQ_CHECK_OK(x_.read_row(r, xb));
-        run.attn_input(lw, xb.data(), h.data());
+        step.attn_norm(lw, io);
         TQ_CHECK_OK(acc.add(h, seq_));
       }
     }
@@ -212,12 +236,14 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
     TQ_TRY(ActivationStore atts,
            ActivationStore::create(rows_, seq_ * qd, in_memory(seq_ * qd), opt_.scratch_dir));
     std::vector<float> att(static_cast<size_t>(seq_ * qd));
+    io.att = att.data();
     HessianAccumulator acc_o(qd, opt_.hessian);
     const bool want_o = wanted({TensorRole::kAttnO});
     for (int64_t r = 0; r < rows_; ++r) {
       TQ_CHECK_OK(x_.read_row(r, xb));
-      run.attn_input(lw, xb.data(), h.data());
-      run.attention(lw, h.data(), att.data());
+      step.attn_norm(lw, io);
+      step.qkv(lw, io);
+      step.attn_core(lw, io);
       if (want_o) TQ_CHECK_OK(acc_o.add(att, seq_));
       TQ_CHECK_OK(atts.write_row(r, att));
     }
@@ -227,10 +253,10 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
     for (int64_t r = 0; r < rows_; ++r) {
       TQ_CHECK_OK(x_.read_row(r, xb));
       TQ_CHECK_OK(atts.read_row(r, att));
-      run.attn_residual(lw, xb.data(), att.data(), xb.data());
+      step.attn_out(lw, io);
       TQ_CHECK_OK(x_.write_row(r, xb));  // x now holds x_mid
       if (want_gu) {
-        run.mlp_input(lw, xb.data(), h.data());
+        step.mlp_norm(lw, io);
         TQ_CHECK_OK(acc_gu.add(h, seq_));
       }
     }
@@ -240,12 +266,13 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
     TQ_TRY(ActivationStore acts,
            ActivationStore::create(rows_, seq_ * inter, in_memory(seq_ * inter), opt_.scratch_dir));
     std::vector<float> act(static_cast<size_t>(seq_ * inter));
+    io.gate = act.data();
     HessianAccumulator acc_d(inter, opt_.hessian);
     const bool want_d = wanted({TensorRole::kMlpDown});
     for (int64_t r = 0; r < rows_; ++r) {
       TQ_CHECK_OK(x_.read_row(r, xb));
-      run.mlp_input(lw, xb.data(), h.data());
-      run.mlp_act(lw, h.data(), act.data());
+      step.mlp_norm(lw, io);
+      step.mlp_act(lw, io);
       if (want_d) TQ_CHECK_OK(acc_d.add(act, seq_));
       TQ_CHECK_OK(acts.write_row(r, act));
     }
@@ -253,7 +280,7 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
     for (int64_t r = 0; r < rows_; ++r) {
       TQ_CHECK_OK(x_.read_row(r, xb));
       TQ_CHECK_OK(acts.read_row(r, act));
-      run.mlp_residual(lw, xb.data(), act.data(), xb.data());
+      step.mlp_out(lw, io);
       TQ_CHECK_OK(x_.write_row(r, xb));
     }
   }

@@ -28,7 +28,7 @@
 #include "quant/calib.h"
 #include "quant/gptq.h"
 #include "quant/hessian.h"
-#include "quant/layer_forward.h"
+#include "model/f32_step.h"
 #include "tensor/tensor.h"
 
 namespace tq {
@@ -97,6 +97,7 @@ class GptqDriver {
                                      const std::vector<double>& h, std::vector<float>* dst);
 
   ModelConfig cfg_;
+  std::vector<double> inv_freq_;  // RoPE of cfg_
   GptqDriverOptions opt_;
   int64_t rows_ = 0, seq_ = 0;
   std::vector<int32_t> tokens_;  // [rows, seq]

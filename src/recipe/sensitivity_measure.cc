@@ -113,7 +113,7 @@ Result<std::vector<float>> rtn_roundtrip(std::span<const float> w, int64_t rows,
   return r;
 }
 
-Result<SensitivityMeter> SensitivityMeter::prepare(const LayerRunner& runner,
+Result<SensitivityMeter> SensitivityMeter::prepare(const F32Model& runner,
                                                    const CalibWindows& w) {
   const ModelConfig& c = runner.config();
   const int64_t n = w.seq_len, d = c.hidden_size, V = c.vocab_size;
@@ -187,7 +187,7 @@ double SensitivityMeter::mean_kl(const ModuleSensitivity& m,
 // variants × windows sequences: a few large matrix products instead of many small ones.
 std::vector<double> SensitivityMeter::mean_kls(const ModuleSensitivity& m,
                                                std::span<const float* const> variants) const {
-  const LayerRunner& r = *runner_;
+  const F32Model& r = *runner_;
   const ModelConfig& c = r.config();
   const int64_t n = w_->seq_len, V = c.vocab_size, L = c.num_hidden_layers, d = c.hidden_size;
   const int64_t count = w_->count, S = static_cast<int64_t>(variants.size());

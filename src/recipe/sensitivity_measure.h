@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "base/result.h"
-#include "model/layer_runner.h"
+#include "model/f32_model.h"
 #include "recipe/sensitivity.h"
 
 namespace tq {
@@ -37,7 +37,7 @@ Result<std::vector<float>> rtn_roundtrip(std::span<const float> w, int64_t rows,
 class SensitivityMeter {
  public:
   // Runs the reference over every window and keeps what the measurements reuse.
-  static Result<SensitivityMeter> prepare(const LayerRunner& runner, const CalibWindows& w);
+  static Result<SensitivityMeter> prepare(const F32Model& runner, const CalibWindows& w);
   // Mean KL per scored token with module `m` replaced by `w_module` (its shape).
   double mean_kl(const ModuleSensitivity& m, std::span<const float> w_module) const;
   // The same for several replacements of the module at once (one batch through the network).
@@ -55,7 +55,7 @@ class SensitivityMeter {
 
  private:
   SensitivityMeter() = default;
-  const LayerRunner* runner_ = nullptr;
+  const F32Model* runner_ = nullptr;
   const CalibWindows* w_ = nullptr;
   // [layers + 1][count][seq_len * d]: residual entering layer l (l = layers: after the last)
   std::vector<std::vector<std::vector<float>>> x_in_;

@@ -281,7 +281,7 @@ Result<SensitivityRunResult> run_sensitivity(
     TQ_CHECK_OK(write_folded_float(o.model, *o.rotation, folded_dir));
     TQ_TRY(m, eval::open_eval_model(folded_dir));
   }
-  TQ_TRY(std::unique_ptr<LayerRunner> runner, LayerRunner::load(m.src));
+  TQ_TRY(std::unique_ptr<F32Model> runner, F32Model::load(m.src));
   m.src.tensors.reset();  // the runner holds its own f32 copy
   using Clock = std::chrono::steady_clock;
   const auto t0 = Clock::now();

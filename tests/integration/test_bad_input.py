@@ -1,6 +1,7 @@
 """Broken inputs: each gives one clear error line naming the file and the problem, a non-zero
 exit, no crash, and (for import) nothing left behind."""
 import json
+import os
 import struct
 import subprocess
 
@@ -156,3 +157,21 @@ def test_missing_model_path(tq_bin, tmp_path):
 def test_unknown_flag(tq_bin, tmp_path):
     res = run_tq(tq_bin, "inspect", "--no-such-flag", str(tmp_path))
     assert res.returncode != 0
+
+
+@pytest.mark.parametrize("env,value,needle", [("TQ_READ_AHEAD", "1MB", "TQ_READ_AHEAD"),
+                                              ("TQ_READ_AHEAD", "-1", "TQ_READ_AHEAD"),
+                                              ("TQ_TILES", "yes", "TQ_TILES"),
+                                              ("TQ_AMX", "2", "TQ_AMX")])
+def test_runtime_knob_garbage_in_environment(tq_bin, tmp_path, env, value, needle):
+    d = write_tiny_hf_dir(tmp_path / "ok")
+    res = subprocess.run([tq_bin, "bench", str(d), "--no-db"], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, env: value})
+    assert res.returncode != 0 and needle in res.stderr and value in res.stderr, res.stderr
+
+
+def test_runtime_knob_flags_run(tq_bin, tmp_path):
+    d = write_tiny_hf_dir(tmp_path / "ok")
+    res = run_tq(tq_bin, "bench", str(d), "--no-db", "--prompt-lengths", "20", "--gen", "2",
+                 "--repeat", "1", "--tiles", "off", "--amx", "off", "--read-ahead", "0")
+    assert res.returncode == 0, res.stderr

@@ -41,7 +41,7 @@ TEST(ForwardOracle, WritesLogitsAndGreedyTokens) {
   auto t0 = std::chrono::steady_clock::now();
   auto src = open_model(model);
   ASSERT_TRUE(src.ok()) << src.error().message;
-  auto tr = Transformer::load(*src);
+  auto tr = Transformer::load(*src, RuntimeOptions{.reference = true});
   ASSERT_TRUE(tr.ok()) << tr.error().message;
   const Transformer& t = **tr;
   nlohmann::json res = {{"vocab", t.config().vocab_size}, {"load_s", seconds_since(t0)}};

@@ -296,7 +296,8 @@ TEST_P(TinyForward, PrefillEqualsTokenByTokenDecode) {
   auto src = open_model(write_tiny_model(dir, tiny_json(GetParam())));
   ASSERT_TRUE(src.ok()) << src.error().message;
   int64_t calls = 0;
-  auto t = Transformer::load(*src, [&](int64_t, int64_t) { ++calls; });
+  auto t = Transformer::load(*src, RuntimeOptions{.reference = true},
+                             [&](int64_t, int64_t) { ++calls; });
   ASSERT_TRUE(t.ok()) << t.error().message;
   EXPECT_EQ(calls, static_cast<int64_t>(expected_tensors(src->config).size()));
   const int64_t V = (*t)->config().vocab_size, n = 40;
@@ -339,7 +340,7 @@ TEST_P(TinyForward, BadCallsAreErrors) {
   testing::TempDir dir;
   auto src = open_model(write_tiny_model(dir, tiny_json(GetParam())));
   ASSERT_TRUE(src.ok()) << src.error().message;
-  auto t = Transformer::load(*src);
+  auto t = Transformer::load(*src, RuntimeOptions{.reference = true});
   ASSERT_TRUE(t.ok()) << t.error().message;
   const int64_t V = (*t)->config().vocab_size;
   std::vector<float> logits(4 * V);
@@ -426,7 +427,7 @@ TEST(TransformerLoad, UnsupportedRopeScalingIsAnError) {
   j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
   auto src = open_model(write_tiny_model(dir, j));
   ASSERT_TRUE(src.ok()) << src.error().message;
-  auto t = Transformer::load(*src);
+  auto t = Transformer::load(*src, RuntimeOptions{.reference = true});
   ASSERT_FALSE(t.ok());
   EXPECT_TRUE(testing::contains(t.error().message, "yarn")) << t.error().message;
 }

@@ -122,7 +122,7 @@ std::vector<float> runtime_logits(const Tensors& t, const ModelConfig& cfg,
   src.path = "map";
   src.config = cfg;
   src.tensors = std::make_unique<MapSource>(t);
-  auto tr = Transformer::load(src);
+  auto tr = Transformer::load(src, RuntimeOptions{.reference = true});
   EXPECT_TRUE(tr.ok()) << tr.error().message;
   KvCache kv = (*tr)->new_cache(static_cast<int64_t>(tokens.size()));
   std::vector<float> logits(tokens.size() * static_cast<size_t>(cfg.vocab_size));

@@ -9,7 +9,7 @@
 #include "eval/token_metrics.h"
 #include "io/safetensors.h"
 #include "model/forward.h"
-#include "model/layer_runner.h"
+#include "model/f32_model.h"
 #include "model/model_source.h"
 #include "recipe/sensitivity_measure.h"
 #include "recipe/sensitivity_run.h"
@@ -56,7 +56,7 @@ std::string write_model(const std::string& dir, const nlohmann::json& cfg_json,
 std::vector<float> full_logits(const std::string& dir, std::span<const int32_t> toks) {
   auto src = open_model(dir);
   EXPECT_TRUE(src.ok()) << src.error().message;
-  auto t = Transformer::load(*src);
+  auto t = Transformer::load(*src, RuntimeOptions{.reference = true});
   EXPECT_TRUE(t.ok());
   KvCache kv = (*t)->new_cache(static_cast<int64_t>(toks.size()));
   std::vector<float> out(toks.size() * static_cast<size_t>(src->config.vocab_size));
@@ -82,7 +82,7 @@ TEST_P(SensitivityModel, RunnerMatchesForwardAndKlMatchesAQuantizedCheckpoint) {
   const std::string base = write_model(dir.file("base"), cfg);
   auto src = open_model(base);
   ASSERT_TRUE(src.ok()) << src.error().message;
-  auto runner = LayerRunner::load(*src);
+  auto runner = F32Model::load(*src);
   ASSERT_TRUE(runner.ok()) << runner.error().message;
   const int64_t V = 96, d = 64, n = 10;
   CalibWindows w = windows(2, n, V);

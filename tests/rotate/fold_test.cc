@@ -92,7 +92,7 @@ struct Parity {
 
 Result<std::vector<float>> run_logits(const std::string& path, const std::vector<int32_t>& ids) {
   TQ_TRY(ModelSource src, open_model(path));
-  TQ_TRY(auto t, Transformer::load(src));
+  TQ_TRY(auto t, Transformer::load(src, RuntimeOptions{.reference = true}));
   KvCache cache = t->new_cache(static_cast<int64_t>(ids.size()));
   std::vector<float> logits(ids.size() * t->config().vocab_size);
   TQ_CHECK_OK(t->forward(ids, cache, logits));

@@ -1,7 +1,8 @@
-// The fast forward pass: model/forward.cc's loop, with packed matrices used in place,
-// products split by output rows over a thread pool, and decode attention over the KV cache
-// per head into reused scratch.
-#include "model/fast_forward.h"
+// The fast runtime: the decoder layer of model/layer.h with the weight matrices used as the
+// checkpoint stores them (MLX packed codes or f32/f16/bf16, memory-mapped, never dequantized at
+// load), the packed SIMD kernels, products split by output rows over a thread pool, and decode
+// attention over the KV cache per head into reused scratch.
+#include "model/runtime.h"
 
 #include <algorithm>
 #include <array>
@@ -25,21 +26,16 @@
 #include "kernels/ops.h"
 #include "kernels/packed_matmul.h"
 #include "kernels/vec_ops.h"
+#include "model/layer.h"
 #include "model/read_ahead.h"
+#include "model/rope.h"
 #include "model/tensor_table.h"
 
 namespace tq {
 
 namespace {
 
-struct FastLayer {
-  PackedMatrix q, k, v, o;                 // [qd, d], [kvd, d], [kvd, d], [d, qd]
-  PackedMatrix gate, up, down;             // [inter, d], [inter, d], [d, inter]
-  std::vector<float> norm_attn, norm_mlp;  // [d]
-  std::vector<float> q_norm, k_norm;       // [hd] (qwen3), else empty
-  std::vector<float> q_b, k_b, v_b, o_b;   // biases (qwen2), else empty
-  std::vector<float> gate_b, up_b, down_b;
-};
+using FastLayer = LayerTensors<PackedMatrix>;
 
 // One product of a fused batch: y[t * ldy + r] = x[t] · W[r] (+ bias[r]).
 struct MatJob {
@@ -80,17 +76,32 @@ void add_into(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+// What one forward call's stages read and write (the fast step's io of run_layer).
+struct FastIo {
+  int64_t l = 0, n = 0, p0 = 0;
+  KvCache* cache = nullptr;
+  float *x, *h, *q, *k, *v, *att, *gate, *up;
+  const float *cos, *sin;
+};
+
 }  // namespace
 
-struct FastModel::Impl {
+class FastRuntime final : public Runtime {
+ public:
+  Status forward(std::span<const int32_t> tokens, KvCache& cache, std::span<float> logits,
+                 bool all_logits) const override;
+  KvCache new_cache(int64_t capacity) const override;
+  bool fits(const KvCache& cache) const override;
+  std::string name() const override;
+  uint64_t bytes_per_token() const override;
+  int threads() const override { return pool->size(); }
+
   ModelConfig cfg;
   RuntimeOptions opts;
   std::vector<double> inv_freq;
   std::unique_ptr<DirTensorSource> dir;  // the mapped files the matrices point into
   std::deque<std::vector<float>> owned;  // f32 matrices that could not be used in place
-  PackedMatrix embed, lm_head;           // lm_head = embed when tied
-  std::vector<float> norm_final;
-  std::vector<FastLayer> layers;
+  ModelTensors<PackedMatrix> t;
   // Decode's products in order (per layer: q/k/v, o, gate/up, down; then the head) and what
   // reads their rows ahead while pool threads wait. Declared before the pool: its threads
   // call read_ahead until the pool is destroyed.
@@ -102,7 +113,6 @@ struct FastModel::Impl {
   // tok/s), else 1 (weights stream from DRAM, best as one contiguous range per thread: Llama-1B
   // decode lost ~14% with 4).
   int slices_per_thread = 1;
-  bool tiles = true;  // auto keeps batches on the integer tiles where they exist
 
   // Scratch reused across calls (forward is one call at a time: the mutex).
   mutable std::mutex mu;
@@ -113,6 +123,17 @@ struct FastModel::Impl {
 
   Result<PackedMatrix> matrix(const TensorSource& ts, const TensorSpec& s);
   Status vec(const TensorSource& ts, const TensorSpec& s, std::vector<float>* out);
+  // The stages of model/layer.h run_layer, and RMSNorm over the pool.
+  void norm(const float* in, const std::vector<float>& w, int64_t rows, int64_t dim,
+            float* out) const;
+  void ahead(const FastIo& io, size_t product) const;
+  void attn_norm(const FastLayer& L, FastIo& io) const;
+  void qkv(const FastLayer& L, FastIo& io) const;
+  void attn_core(const FastLayer& L, FastIo& io) const;
+  void attn_out(const FastLayer& L, FastIo& io) const;
+  void mlp_norm(const FastLayer& L, FastIo& io) const;
+  void mlp_act(const FastLayer& L, FastIo& io) const;
+  void mlp_out(const FastLayer& L, FastIo& io) const;
   void run(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const;
   void run_blas(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const;
   // How products of n tokens with these matrices run (run() and the attention choice agree).
@@ -129,7 +150,7 @@ struct FastModel::Impl {
   mutable std::vector<float> dense;  // a strip of rows decoded for the prefill GEMM
 };
 
-Result<PackedMatrix> FastModel::Impl::matrix(const TensorSource& ts, const TensorSpec& s) {
+Result<PackedMatrix> FastRuntime::matrix(const TensorSource& ts, const TensorSpec& s) {
   const TensorInfo* ti = ts.find(s.name);
   if (ti == nullptr) return err("{}: no tensor '{}'", ts.path(), s.name);
   if (ti->shape != s.shape || s.shape.size() != 2)
@@ -167,7 +188,7 @@ Result<PackedMatrix> FastModel::Impl::matrix(const TensorSource& ts, const Tenso
                            {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(float)});
 }
 
-Status FastModel::Impl::vec(const TensorSource& ts, const TensorSpec& s, std::vector<float>* out) {
+Status FastRuntime::vec(const TensorSource& ts, const TensorSpec& s, std::vector<float>* out) {
   TQ_TRY(FloatTensor f, ts.load_f32(s.name));
   if (f.shape != s.shape)
     return err("{}: tensor '{}' has shape {}, the config implies {}", ts.path(), s.name,
@@ -176,15 +197,15 @@ Status FastModel::Impl::vec(const TensorSource& ts, const TensorSpec& s, std::ve
   return ok_status();
 }
 
-FastModel::Impl::Path FastModel::Impl::path(std::span<const PackedMatrix* const> ws,
+FastRuntime::Path FastRuntime::path(std::span<const PackedMatrix* const> ws,
                                             int64_t n) const {
   const ActPath act = opts.activations;
-  if (act != ActPath::kF32 && n >= kAmxMinTokens && amx_available() &&
+  if (act != ActPath::kF32 && n >= kAmxMinTokens && opts.amx && amx_available() &&
       std::all_of(ws.begin(), ws.end(), [](const PackedMatrix* w) { return amx_supported(*w); }))
     return Path::kAmx;
   // Matrices the integer register tiles take stay on them at every batch size with auto
-  // (TQ_TILES=0 in the environment sends their prefills to OpenBLAS, for A/B runs).
-  if (act == ActPath::kAuto && tiles &&
+  // (RuntimeOptions::tiles off sends their prefills to OpenBLAS, for A/B runs).
+  if (act == ActPath::kAuto && opts.tiles &&
       std::all_of(ws.begin(), ws.end(),
                   [](const PackedMatrix* w) { return packed_q8_tiles_supported(*w); }))
     return Path::kKernels;
@@ -197,7 +218,7 @@ FastModel::Impl::Path FastModel::Impl::path(std::span<const PackedMatrix* const>
 // split over the pool in one pass (slice bounds multiples of `align`); product(job, lo, hi)
 // fills rows [lo, hi) of one job, then its bias is added.
 template <typename F>
-void FastModel::Impl::split_rows(std::initializer_list<MatJob> jobs, int64_t n, int64_t align,
+void FastRuntime::split_rows(std::initializer_list<MatJob> jobs, int64_t n, int64_t align,
                                  int per_thread, F&& product) const {
   int64_t total = 0;
   for (const MatJob& j : jobs) total += j.w->rows;
@@ -218,7 +239,7 @@ void FastModel::Impl::split_rows(std::initializer_list<MatJob> jobs, int64_t n, 
       align, per_thread);
 }
 
-void FastModel::Impl::run(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const {
+void FastRuntime::run(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const {
   std::vector<const PackedMatrix*> ws;
   for (const MatJob& j : jobs) ws.push_back(j.w);
   const Path p = path(ws, n);
@@ -253,7 +274,7 @@ void FastModel::Impl::run(std::initializer_list<MatJob> jobs, const float* xin, 
 
 // Prefill: strips of rows decoded to f32, then one OpenBLAS GEMM per strip (its
 // own threads), so long prompts run at dense-GEMM speed while the weights stay packed.
-void FastModel::Impl::run_blas(std::initializer_list<MatJob> jobs, const float* xin,
+void FastRuntime::run_blas(std::initializer_list<MatJob> jobs, const float* xin,
                                int64_t n) const {
   for (const MatJob& j : jobs) {
     const int64_t cols = j.w->cols;
@@ -276,7 +297,7 @@ void FastModel::Impl::run_blas(std::initializer_list<MatJob> jobs, const float* 
 }
 
 template <typename T>
-void FastModel::Impl::attention(T* kt, T* vc, int64_t ks, const float* q, int64_t n, int64_t p0,
+void FastRuntime::attention(T* kt, T* vc, int64_t ks, const float* q, int64_t n, int64_t p0,
                                 bool blas, float* att) const {
   const int64_t hd = cfg.head_dim, n_heads = cfg.num_attention_heads,
                 n_kv = cfg.num_key_value_heads, qd = n_heads * hd, kvd = n_kv * hd,
@@ -386,15 +407,12 @@ void FastModel::Impl::attention(T* kt, T* vc, int64_t ks, const float* q, int64_
                      1, 4);
 }
 
-FastModel::FastModel() : impl_(std::make_unique<Impl>()) {}
-FastModel::~FastModel() = default;
-
-Result<std::unique_ptr<FastModel>> FastModel::load(const ModelSource& src,
+Result<std::unique_ptr<Runtime>> load_fast_runtime(const ModelSource& src,
                                                    const RuntimeOptions& opts,
                                                    std::vector<double> inv_freq,
-                                                   std::function<void(int64_t, int64_t)> progress) {
-  std::unique_ptr<FastModel> fm(new FastModel());
-  Impl& m = *fm->impl_;
+                                                   LoadProgress progress) {
+  std::unique_ptr<FastRuntime> fm(new FastRuntime());
+  FastRuntime& m = *fm;
   m.cfg = src.config;
   m.opts = opts;
   m.inv_freq = std::move(inv_freq);
@@ -404,127 +422,43 @@ Result<std::unique_ptr<FastModel>> FastModel::load(const ModelSource& src,
     TQ_TRY(m.dir, DirTensorSource::open(d->path()));
   }
   const TensorSource& ts = m.dir ? static_cast<const TensorSource&>(*m.dir) : *src.tensors;
-  m.layers.resize(static_cast<size_t>(m.cfg.num_hidden_layers));
-  std::vector<TensorSpec> specs = expected_tensors(m.cfg);
-  bool has_head = false;
-  const int64_t total = static_cast<int64_t>(specs.size());
-  for (int64_t i = 0; i < total; ++i) {
-    const TensorSpec& s = specs[static_cast<size_t>(i)];
-    using R = TensorRole;
-    const R role = s.kind->role;
-    if (s.layer < 0) {
-      if (role == R::kEmbed) {
-        TQ_TRY(m.embed, m.matrix(ts, s));
-      } else if (role == R::kLmHead) {
-        TQ_TRY(m.lm_head, m.matrix(ts, s));
-        has_head = true;
-      } else if (role == R::kNormFinal) {
-        TQ_CHECK_OK(m.vec(ts, s, &m.norm_final));
-      }
-    } else {
-      FastLayer& L = m.layers[static_cast<size_t>(s.layer)];
-      PackedMatrix* mat = nullptr;
-      std::vector<float>* v = nullptr;
-      switch (role) {
-        case R::kAttnQ:
-          mat = &L.q;
-          break;
-        case R::kAttnK:
-          mat = &L.k;
-          break;
-        case R::kAttnV:
-          mat = &L.v;
-          break;
-        case R::kAttnO:
-          mat = &L.o;
-          break;
-        case R::kMlpGate:
-          mat = &L.gate;
-          break;
-        case R::kMlpUp:
-          mat = &L.up;
-          break;
-        case R::kMlpDown:
-          mat = &L.down;
-          break;
-        case R::kNormAttn:
-          v = &L.norm_attn;
-          break;
-        case R::kNormMlp:
-          v = &L.norm_mlp;
-          break;
-        case R::kQNorm:
-          v = &L.q_norm;
-          break;
-        case R::kKNorm:
-          v = &L.k_norm;
-          break;
-        case R::kAttnQBias:
-          v = &L.q_b;
-          break;
-        case R::kAttnKBias:
-          v = &L.k_b;
-          break;
-        case R::kAttnVBias:
-          v = &L.v_b;
-          break;
-        case R::kAttnOBias:
-          v = &L.o_b;
-          break;
-        case R::kMlpGateBias:
-          v = &L.gate_b;
-          break;
-        case R::kMlpUpBias:
-          v = &L.up_b;
-          break;
-        case R::kMlpDownBias:
-          v = &L.down_b;
-          break;
-        default:
-          break;
-      }
-      if (mat != nullptr) {
-        TQ_TRY(*mat, m.matrix(ts, s));
-      } else if (v != nullptr) {
-        TQ_CHECK_OK(m.vec(ts, s, v));
-      }
+  struct Get {
+    FastRuntime& m;
+    const TensorSource& ts;
+    Status operator()(const TensorSpec& s, PackedMatrix& dst) const {
+      TQ_TRY(dst, m.matrix(ts, s));
+      return ok_status();
     }
-    if (progress) progress(i + 1, total);
-  }
-  if (!has_head) m.lm_head = m.embed;
+    Status operator()(const TensorSpec& s, std::vector<float>& dst) const {
+      return m.vec(ts, s, &dst);
+    }
+  };
+  TQ_CHECK_OK(load_model_tensors(m.cfg, m.t, Get{m, ts}, progress));
+  if (m.t.tied) m.t.lm_head = m.t.embed;
   const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
   const bool dram = fm->bytes_per_token() >= static_cast<uint64_t>(llc > 0 ? llc : 32 << 20);
   m.slices_per_thread = dram ? 1 : 4;
-  const char* tiles = std::getenv("TQ_TILES");
-  m.tiles = tiles == nullptr || std::string_view(tiles) != "0";
-  for (const FastLayer& L : m.layers) {
+  for (const FastLayer& L : m.t.layers) {
     m.products.push_back({{&L.q, &L.k, &L.v}, 3});
     m.products.push_back({{&L.o}, 1});
     m.products.push_back({{&L.gate, &L.up}, 2});
     m.products.push_back({{&L.down}, 1});
   }
-  m.products.push_back({{&m.lm_head}, 1});
-  // TQ_READ_AHEAD=bytes per thread and product (0: off), for A/B runs. 1 MB: half the L2 of
-  // this machine's cores, enough for the gaps of a decode step.
-  const char* ra = std::getenv("TQ_READ_AHEAD");
-  const int64_t budget = ra != nullptr ? std::atoll(ra) : (1 << 20);
-  if (budget > 0) {
-    m.read_ahead = std::make_unique<ReadAhead>(*m.pool, 8, m.slices_per_thread, budget);
+  m.products.push_back({{&m.t.lm_head}, 1});
+  if (opts.read_ahead > 0) {
+    m.read_ahead = std::make_unique<ReadAhead>(*m.pool, 8, m.slices_per_thread, opts.read_ahead);
     m.pool->set_idle_work(m.read_ahead.get());
   }
-  return fm;
+  return std::unique_ptr<Runtime>(std::move(fm));
 }
 
-std::string FastModel::name() const {
-  const ActPath a = impl_->opts.activations;
-  return fmt::format("fast ({}, {} threads, {} activations)", packed_kernel_isa(),
-                     impl_->pool->size(),
+std::string FastRuntime::name() const {
+  const ActPath a = opts.activations;
+  return fmt::format("fast ({}, {} threads, {} activations)", packed_kernel_isa(), pool->size(),
                      a == ActPath::kAuto   ? "auto"
                      : a == ActPath::kInt8 ? "int8"
                                            : "f32");
 }
-
-int FastModel::threads() const { return impl_->pool->size(); }
 
 namespace {
 
@@ -537,11 +471,11 @@ std::pair<size_t, size_t> kv_sizes(const ModelConfig& c, int64_t capacity) {
 
 }  // namespace
 
-KvCache FastModel::new_cache(int64_t capacity) const {
+KvCache FastRuntime::new_cache(int64_t capacity) const {
   KvCache kv;
   kv.capacity = std::max<int64_t>(capacity, 0);
-  const auto [ks, vs] = kv_sizes(impl_->cfg, kv.capacity);
-  if (impl_->opts.kv_cache == KvType::kF16) {
+  const auto [ks, vs] = kv_sizes(cfg, kv.capacity);
+  if (opts.kv_cache == KvType::kF16) {
     kv.layout = KvLayout::kFastF16;
     kv.k16.assign(ks, 0), kv.v16.assign(vs, 0);
   } else {
@@ -551,119 +485,134 @@ KvCache FastModel::new_cache(int64_t capacity) const {
   return kv;
 }
 
-bool FastModel::fits(const KvCache& kv) const {
+bool FastRuntime::fits(const KvCache& kv) const {
   if (kv.capacity < 0) return false;
-  const auto [ks, vs] = kv_sizes(impl_->cfg, kv.capacity);
-  if (impl_->opts.kv_cache == KvType::kF16)
+  const auto [ks, vs] = kv_sizes(cfg, kv.capacity);
+  if (opts.kv_cache == KvType::kF16)
     return kv.layout == KvLayout::kFastF16 && kv.k16.size() == ks && kv.v16.size() == vs;
   return kv.layout == KvLayout::kFastF32 && kv.k.size() == ks && kv.v.size() == vs;
 }
 
-uint64_t FastModel::bytes_per_token() const {
-  const Impl& m = *impl_;
-  uint64_t b = m.lm_head.bytes() + m.embed.bytes() / std::max<uint64_t>(m.embed.rows, 1);
-  for (const FastLayer& L : m.layers)
+uint64_t FastRuntime::bytes_per_token() const {
+  uint64_t b = t.lm_head.bytes() + t.embed.bytes() / std::max<uint64_t>(t.embed.rows, 1);
+  for (const FastLayer& L : t.layers)
     b += L.q.bytes() + L.k.bytes() + L.v.bytes() + L.o.bytes() + L.gate.bytes() + L.up.bytes() +
          L.down.bytes();
   return b;
 }
 
-Status FastModel::forward(std::span<const int32_t> tokens, KvCache& cache, std::span<float> logits,
-                          bool all_logits) const {
-  const Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.mu);
-  const ModelConfig& c = m.cfg;
+// RMSNorm over the pool in slices of rows (one slice, inline, when decoding): in scalar code on
+// one thread it was ~5% of a SmolLM2 prefill, the other thread spinning.
+void FastRuntime::norm(const float* in, const std::vector<float>& w, int64_t rows, int64_t dim,
+                       float* out) const {
+  const float eps = static_cast<float>(cfg.rms_norm_eps);
+  pool->parallel_for(
+      rows,
+      [&](int64_t b, int64_t e) {
+        rms_norm_simd(in + b * dim, w.data(), e - b, dim, eps, out + b * dim);
+      },
+      std::max<int64_t>(1, 4096 / dim));
+}
+
+// Decoding, threads that wait read ahead the rows of the product after the one started.
+void FastRuntime::ahead(const FastIo& io, size_t product) const {
+  if (read_ahead) read_ahead->next(io.n == 1 ? &products[product % products.size()] : nullptr);
+}
+
+void FastRuntime::attn_norm(const FastLayer& L, FastIo& io) const {
+  norm(io.x, L.norm_attn, io.n, cfg.hidden_size, io.h);
+}
+
+void FastRuntime::qkv(const FastLayer& L, FastIo& io) const {
+  const int64_t hd = cfg.head_dim, n = io.n;
+  const int64_t n_heads = cfg.num_attention_heads, n_kv = cfg.num_key_value_heads;
+  ahead(io, static_cast<size_t>(io.l) * 4 + 1);
+  run({{&L.q, io.q, n_heads * hd, &L.q_b}, {&L.k, io.k, n_kv * hd, &L.k_b},
+       {&L.v, io.v, n_kv * hd, &L.v_b}},
+      io.h, n);
+  if (!L.q_norm.empty()) {  // qwen3
+    norm(io.q, L.q_norm, n * n_heads, hd, io.q);
+    norm(io.k, L.k_norm, n * n_kv, hd, io.k);
+  }
+  pool->parallel_for(
+      n, [&](int64_t b, int64_t e) { rope_rows(cfg, io.cos, io.sin, n, b, e, io.q, io.k); }, 8);
+}
+
+void FastRuntime::attn_core(const FastLayer& L, FastIo& io) const {
+  const int64_t kvd = cfg.num_key_value_heads * cfg.head_dim, l = io.l, p0 = io.p0;
+  const int64_t cap = io.cache->capacity, ks = kv_stride(cap);
+  KvCache& c = *io.cache;
+  // Where the products go through OpenBLAS, so does prefill attention (the pool spinning
+  // beside OpenBLAS's threads would slow both).
+  const bool blas =
+      io.n >= kBlockAttnMinTokens &&
+      path(std::array<const PackedMatrix*, 3>{&L.q, &L.k, &L.v}, io.n) == Path::kBlas;
+  if (c.layout == KvLayout::kFastF16)
+    attention(c.k16.data() + l * kvd * ks, c.v16.data() + l * cap * kvd, ks, io.q, io.n, p0,
+              blas, io.att);
+  else
+    attention(c.k.data() + l * kvd * ks, c.v.data() + l * cap * kvd, ks, io.q, io.n, p0, blas,
+              io.att);
+}
+
+void FastRuntime::attn_out(const FastLayer& L, FastIo& io) const {
+  const int64_t d = cfg.hidden_size;
+  ahead(io, static_cast<size_t>(io.l) * 4 + 2);
+  run({{&L.o, io.h, d, &L.o_b}}, io.att, io.n);
+  add_into(io.x, io.h, io.n * d);
+}
+
+void FastRuntime::mlp_norm(const FastLayer& L, FastIo& io) const {
+  norm(io.x, L.norm_mlp, io.n, cfg.hidden_size, io.h);
+}
+
+void FastRuntime::mlp_act(const FastLayer& L, FastIo& io) const {
+  const int64_t inter = cfg.intermediate_size;
+  ahead(io, static_cast<size_t>(io.l) * 4 + 3);
+  run({{&L.gate, io.gate, inter, &L.gate_b}, {&L.up, io.up, inter, &L.up_b}}, io.h, io.n);
+  pool->parallel_for(
+      io.n * inter,
+      [&](int64_t b, int64_t e) { silu_mul_simd(io.gate + b, io.up + b, e - b); }, 4096);
+}
+
+void FastRuntime::mlp_out(const FastLayer& L, FastIo& io) const {
+  const int64_t d = cfg.hidden_size;
+  ahead(io, static_cast<size_t>(io.l) * 4 + 4);
+  run({{&L.down, io.h, d, &L.down_b}}, io.gate, io.n);
+  add_into(io.x, io.h, io.n * d);
+}
+
+Status FastRuntime::forward(std::span<const int32_t> tokens, KvCache& cache,
+                            std::span<float> logits, bool all_logits) const {
+  std::lock_guard<std::mutex> lock(mu);
+  const ModelConfig& c = cfg;
   const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t d = c.hidden_size, hd = c.head_dim, half = hd / 2;
-  const int64_t n_heads = c.num_attention_heads, n_kv = c.num_key_value_heads;
-  const int64_t qd = n_heads * hd, kvd = n_kv * hd, inter = c.intermediate_size;
-  const int64_t vocab = c.vocab_size, cap = cache.capacity, p0 = cache.n;
+  const int64_t d = c.hidden_size, half = c.head_dim / 2;
+  const int64_t qd = c.num_attention_heads * c.head_dim, kvd = c.num_key_value_heads * c.head_dim;
+  const int64_t inter = c.intermediate_size, vocab = c.vocab_size;
   const int64_t out_rows = all_logits ? n : 1;
-  const float eps = static_cast<float>(c.rms_norm_eps);
 
   auto grow = [](std::vector<float>& v, int64_t size) {
     if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
+    return v.data();
   };
-  grow(m.x, n * d), grow(m.h, n * d), grow(m.q, n * qd), grow(m.att, n * qd);
-  grow(m.gate, n * inter), grow(m.up, n * inter), grow(m.cos, n * half), grow(m.sin, n * half);
-  grow(m.knew, n * kvd), grow(m.vnew, n * kvd);
-  float *x = m.x.data(), *h = m.h.data(), *q = m.q.data(), *att = m.att.data();
-  float *knew = m.knew.data(), *vnew = m.vnew.data();
-  const int64_t ks = kv_stride(cap);
-  for (int64_t i = 0; i < n; ++i) {
-    packed_decode_row(m.embed, tokens[i], x + i * d);
-    rope_angles(m.inv_freq.data(), half, p0 + i, m.cos.data() + i * half, m.sin.data() + i * half);
-  }
+  FastIo io;
+  io.n = n, io.p0 = cache.n, io.cache = &cache;
+  io.x = grow(x, n * d), io.h = grow(h, n * d), io.q = grow(q, n * qd), io.att = grow(att, n * qd);
+  io.gate = grow(gate, n * inter), io.up = grow(up, n * inter);
+  io.k = grow(knew, n * kvd), io.v = grow(vnew, n * kvd);
+  float* cs = grow(cos, n * half);
+  float* sn = grow(sin, n * half);
+  rope_table(inv_freq, io.p0, n, cs, sn);
+  io.cos = cs, io.sin = sn;
+  for (int64_t i = 0; i < n; ++i) packed_decode_row(t.embed, tokens[i], io.x + i * d);
+  for (io.l = 0; io.l < c.num_hidden_layers; ++io.l)
+    run_layer(*this, t.layers[static_cast<size_t>(io.l)], io);
+  cache.n = io.p0 + n;
 
-  // RMSNorm and RoPE over the pool in slices of rows (one slice, inline, when decoding): in
-  // scalar code on one thread they were ~5% of a SmolLM2 prefill, the other thread spinning.
-  auto norm = [&](const float* in, const std::vector<float>& w, int64_t rows, int64_t dim,
-                  float* out) {
-    m.pool->parallel_for(
-        rows,
-        [&](int64_t b, int64_t e) {
-          rms_norm_simd(in + b * dim, w.data(), e - b, dim, eps, out + b * dim);
-        },
-        std::max<int64_t>(1, 4096 / dim));
-  };
-  // Decoding, threads that wait read ahead the rows of the product after the one started.
-  auto ahead = [&](size_t i) {
-    if (m.read_ahead) m.read_ahead->next(n == 1 ? &m.products[i % m.products.size()] : nullptr);
-  };
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const FastLayer& L = m.layers[static_cast<size_t>(l)];
-    const size_t pi = static_cast<size_t>(l) * 4;
-    norm(x, L.norm_attn, n, d, h);
-    ahead(pi + 1);
-    m.run({{&L.q, q, qd, &L.q_b}, {&L.k, knew, kvd, &L.k_b}, {&L.v, vnew, kvd, &L.v_b}}, h, n);
-    if (!L.q_norm.empty()) {  // qwen3
-      norm(q, L.q_norm, n * n_heads, hd, q);
-      norm(knew, L.k_norm, n * n_kv, hd, knew);
-    }
-    m.pool->parallel_for(
-        n,
-        [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) {
-            const float* ci = m.cos.data() + i * half;
-            const float* si = m.sin.data() + i * half;
-            for (int64_t hh = 0; hh < n_heads; ++hh)
-              rope_rotate(q + i * qd + hh * hd, hd, ci, si, c.rope_traditional);
-            for (int64_t hh = 0; hh < n_kv; ++hh)
-              rope_rotate(knew + i * kvd + hh * hd, hd, ci, si, c.rope_traditional);
-          }
-        },
-        8);
-    // Where the products go through OpenBLAS, so does prefill attention (the pool spinning
-    // beside OpenBLAS's threads would slow both).
-    const bool blas =
-        n >= kBlockAttnMinTokens &&
-        m.path(std::array<const PackedMatrix*, 3>{&L.q, &L.k, &L.v}, n) == Impl::Path::kBlas;
-    if (cache.layout == KvLayout::kFastF16)
-      m.attention(cache.k16.data() + l * kvd * ks, cache.v16.data() + l * cap * kvd, ks, q, n, p0,
-                  blas, att);
-    else
-      m.attention(cache.k.data() + l * kvd * ks, cache.v.data() + l * cap * kvd, ks, q, n, p0, blas,
-                  att);
-    ahead(pi + 2);
-    m.run({{&L.o, h, d, &L.o_b}}, att, n);
-    add_into(x, h, n * d);
-
-    norm(x, L.norm_mlp, n, d, h);
-    ahead(pi + 3);
-    m.run({{&L.gate, m.gate.data(), inter, &L.gate_b}, {&L.up, m.up.data(), inter, &L.up_b}}, h, n);
-    m.pool->parallel_for(
-        n * inter,
-        [&](int64_t b, int64_t e) { silu_mul_simd(m.gate.data() + b, m.up.data() + b, e - b); },
-        4096);
-    ahead(pi + 4);
-    m.run({{&L.down, h, d, &L.down_b}}, m.gate.data(), n);
-    add_into(x, h, n * d);
-  }
-  cache.n = p0 + n;
-
-  norm(x + (n - out_rows) * d, m.norm_final, out_rows, d, h);
-  ahead(0);  // the next token's first product
-  m.run({{&m.lm_head, logits.data(), vocab, nullptr}}, h, out_rows);
+  norm(io.x + (n - out_rows) * d, t.norm_final, out_rows, d, io.h);
+  ahead(io, 0);  // the next token's first product
+  run({{&t.lm_head, logits.data(), vocab, nullptr}}, io.h, out_rows);
   return ok_status();
 }
 
