@@ -78,8 +78,9 @@ void add_into(float* x, const float* y, int64_t n) {
 
 // What one forward call's stages read and write (the fast step's io of run_layer).
 struct FastIo {
-  int64_t l = 0, n = 0, p0 = 0;
-  KvCache* cache = nullptr;
+  int64_t l = 0, n = 0;  // layer; rows of all sequences
+  std::span<const SeqStep> seqs;
+  std::vector<int64_t> first;  // row of each sequence's first token
   float *x, *h, *q, *k, *v, *att, *gate, *up;
   const float *cos, *sin;
 };
@@ -88,8 +89,7 @@ struct FastIo {
 
 class FastRuntime final : public Runtime {
  public:
-  Status forward(std::span<const int32_t> tokens, KvCache& cache, std::span<float> logits,
-                 bool all_logits) const override;
+  Status forward(std::span<const SeqStep> seqs) const override;
   KvCache new_cache(int64_t capacity) const override;
   bool fits(const KvCache& cache) const override;
   std::string name() const override;
@@ -116,7 +116,7 @@ class FastRuntime final : public Runtime {
 
   // Scratch reused across calls (forward is one call at a time: the mutex).
   mutable std::mutex mu;
-  mutable std::vector<float> x, h, q, att, gate, up, cos, sin, knew, vnew, kf, vf;
+  mutable std::vector<float> x, h, q, att, gate, up, cos, sin, knew, vnew, kf, vf, logits_all;
   mutable std::vector<float> part_ml, part_acc;  // decode attention's partial softmaxes
   mutable ActQ8 xq;
   mutable ActTiles xt;
@@ -139,10 +139,11 @@ class FastRuntime final : public Runtime {
   // How products of n tokens with these matrices run (run() and the attention choice agree).
   enum class Path { kAmx, kBlas, kKernels };
   Path path(std::span<const PackedMatrix* const> ws, int64_t n) const;
-  // Appends the n new tokens' keys and values (knew, vnew) to one layer's cache (kt, vc: f32 or
+  // Appends the n new tokens' keys and values (kn, vn) to one layer's cache (kt, vc: f32 or
   // f16 bits) at p0, then att[n, qd] = causal attention of q[n, qd] over it.
   template <typename T>
-  void attention(T* kt, T* vc, int64_t ks, const float* q, int64_t n, int64_t p0, bool blas,
+  void attention(T* kt, T* vc, int64_t ks, const float* kn, const float* vn, const float* q,
+                 int64_t n, int64_t p0, bool blas,
                  float* att) const;
   template <typename F>
   void split_rows(std::initializer_list<MatJob> jobs, int64_t n, int64_t align, int per_thread,
@@ -297,17 +298,18 @@ void FastRuntime::run_blas(std::initializer_list<MatJob> jobs, const float* xin,
 }
 
 template <typename T>
-void FastRuntime::attention(T* kt, T* vc, int64_t ks, const float* q, int64_t n, int64_t p0,
+void FastRuntime::attention(T* kt, T* vc, int64_t ks, const float* kn, const float* vn,
+                            const float* q, int64_t n, int64_t p0,
                                 bool blas, float* att) const {
   const int64_t hd = cfg.head_dim, n_heads = cfg.num_attention_heads,
                 n_kv = cfg.num_key_value_heads, qd = n_heads * hd, kvd = n_kv * hd,
                 group = n_heads / n_kv, total = p0 + n;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   // Values append as rows; keys are converted once, then scattered to their transposed places.
-  to_kv(vnew.data(), n * kvd, vc + p0 * kvd);
+  to_kv(vn, n * kvd, vc + p0 * kvd);
   thread_local std::vector<T> kcvt;
   if (static_cast<int64_t>(kcvt.size()) < n * kvd) kcvt.resize(static_cast<size_t>(n * kvd));
-  to_kv(knew.data(), n * kvd, kcvt.data());
+  to_kv(kn, n * kvd, kcvt.data());
   for (int64_t r = 0; r < kvd; ++r)
     for (int64_t i = 0; i < n; ++i) kt[key_index(hd, ks, r, p0 + i)] = kcvt[i * kvd + r];
 
@@ -539,20 +541,26 @@ void FastRuntime::qkv(const FastLayer& L, FastIo& io) const {
 }
 
 void FastRuntime::attn_core(const FastLayer& L, FastIo& io) const {
-  const int64_t kvd = cfg.num_key_value_heads * cfg.head_dim, l = io.l, p0 = io.p0;
-  const int64_t cap = io.cache->capacity, ks = kv_stride(cap);
-  KvCache& c = *io.cache;
+  const int64_t qd = cfg.num_attention_heads * cfg.head_dim;
+  const int64_t kvd = cfg.num_key_value_heads * cfg.head_dim, l = io.l;
   // Where the products go through OpenBLAS, so does prefill attention (the pool spinning
   // beside OpenBLAS's threads would slow both).
-  const bool blas =
-      io.n >= kBlockAttnMinTokens &&
-      path(std::array<const PackedMatrix*, 3>{&L.q, &L.k, &L.v}, io.n) == Path::kBlas;
-  if (c.layout == KvLayout::kFastF16)
-    attention(c.k16.data() + l * kvd * ks, c.v16.data() + l * cap * kvd, ks, io.q, io.n, p0,
-              blas, io.att);
-  else
-    attention(c.k.data() + l * kvd * ks, c.v.data() + l * cap * kvd, ks, io.q, io.n, p0, blas,
-              io.att);
+  const bool blas = path(std::array<const PackedMatrix*, 3>{&L.q, &L.k, &L.v}, io.n) == Path::kBlas;
+  // Each sequence over its own cache.
+  for (size_t s = 0; s < io.seqs.size(); ++s) {
+    KvCache& c = *io.seqs[s].cache;
+    const int64_t r0 = io.first[s], n = static_cast<int64_t>(io.seqs[s].tokens.size());
+    const int64_t cap = c.capacity, ks = kv_stride(cap);
+    const float *kn = io.k + r0 * kvd, *vn = io.v + r0 * kvd, *q = io.q + r0 * qd;
+    float* att = io.att + r0 * qd;
+    const bool b = blas && n >= kBlockAttnMinTokens;
+    if (c.layout == KvLayout::kFastF16)
+      attention(c.k16.data() + l * kvd * ks, c.v16.data() + l * cap * kvd, ks, kn, vn, q, n, c.n,
+                b, att);
+    else
+      attention(c.k.data() + l * kvd * ks, c.v.data() + l * cap * kvd, ks, kn, vn, q, n, c.n, b,
+                att);
+  }
 }
 
 void FastRuntime::attn_out(const FastLayer& L, FastIo& io) const {
@@ -582,37 +590,69 @@ void FastRuntime::mlp_out(const FastLayer& L, FastIo& io) const {
   add_into(io.x, io.h, io.n * d);
 }
 
-Status FastRuntime::forward(std::span<const int32_t> tokens, KvCache& cache,
-                            std::span<float> logits, bool all_logits) const {
+Status FastRuntime::forward(std::span<const SeqStep> seqs) const {
   std::lock_guard<std::mutex> lock(mu);
   const ModelConfig& c = cfg;
-  const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t d = c.hidden_size, half = c.head_dim / 2;
   const int64_t qd = c.num_attention_heads * c.head_dim, kvd = c.num_key_value_heads * c.head_dim;
   const int64_t inter = c.intermediate_size, vocab = c.vocab_size;
-  const int64_t out_rows = all_logits ? n : 1;
+  FastIo io;
+  io.seqs = seqs;
+  int64_t out_rows = 0;
+  for (const SeqStep& s : seqs) {
+    io.first.push_back(io.n);
+    io.n += static_cast<int64_t>(s.tokens.size());
+    out_rows += s.all_logits ? static_cast<int64_t>(s.tokens.size()) : 1;
+  }
+  const int64_t n = io.n;
 
   auto grow = [](std::vector<float>& v, int64_t size) {
     if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
     return v.data();
   };
-  FastIo io;
-  io.n = n, io.p0 = cache.n, io.cache = &cache;
-  io.x = grow(x, n * d), io.h = grow(h, n * d), io.q = grow(q, n * qd), io.att = grow(att, n * qd);
+  io.x = grow(x, n * d), io.h = grow(h, std::max(n, out_rows) * d);
+  io.q = grow(q, n * qd), io.att = grow(att, n * qd);
   io.gate = grow(gate, n * inter), io.up = grow(up, n * inter);
   io.k = grow(knew, n * kvd), io.v = grow(vnew, n * kvd);
   float* cs = grow(cos, n * half);
   float* sn = grow(sin, n * half);
-  rope_table(inv_freq, io.p0, n, cs, sn);
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const int64_t r0 = io.first[s], ns = static_cast<int64_t>(seqs[s].tokens.size());
+    rope_table(inv_freq, seqs[s].cache->n, ns, cs + r0 * half, sn + r0 * half);
+    for (int64_t i = 0; i < ns; ++i)
+      packed_decode_row(t.embed, seqs[s].tokens[i], io.x + (r0 + i) * d);
+  }
   io.cos = cs, io.sin = sn;
-  for (int64_t i = 0; i < n; ++i) packed_decode_row(t.embed, tokens[i], io.x + i * d);
   for (io.l = 0; io.l < c.num_hidden_layers; ++io.l)
     run_layer(*this, t.layers[static_cast<size_t>(io.l)], io);
-  cache.n = io.p0 + n;
+  for (const SeqStep& s : seqs) s.cache->n += static_cast<int64_t>(s.tokens.size());
 
-  norm(io.x + (n - out_rows) * d, t.norm_final, out_rows, d, io.h);
+  // The rows that want logits, gathered, then one head product for all of them.
+  float* xs = io.x;
+  if (out_rows != n) {
+    xs = grow(gate, out_rows * d);  // free once the layers are done
+    int64_t o = 0;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      const int64_t ns = static_cast<int64_t>(seqs[s].tokens.size());
+      const int64_t rows = seqs[s].all_logits ? ns : 1;
+      std::copy_n(io.x + (io.first[s] + ns - rows) * d, rows * d, xs + o * d);
+      o += rows;
+    }
+  }
+  norm(xs, t.norm_final, out_rows, d, io.h);
   ahead(io, 0);  // the next token's first product
-  run({{&t.lm_head, logits.data(), vocab, nullptr}}, io.h, out_rows);
+  if (seqs.size() == 1) {
+    run({{&t.lm_head, seqs[0].logits.data(), vocab, nullptr}}, io.h, out_rows);
+    return ok_status();
+  }
+  float* lg = grow(logits_all, out_rows * vocab);
+  run({{&t.lm_head, lg, vocab, nullptr}}, io.h, out_rows);
+  int64_t o = 0;
+  for (const SeqStep& s : seqs) {
+    const int64_t rows = s.all_logits ? static_cast<int64_t>(s.tokens.size()) : 1;
+    std::copy_n(lg + o * vocab, rows * vocab, s.logits.data());
+    o += rows;
+  }
   return ok_status();
 }
 

@@ -41,6 +41,15 @@ enum class KvType : uint8_t { kF16, kF32 };
 // of 16+ (kernels/amx_matmul.h); f32 + OpenBLAS otherwise.
 enum class ActPath : uint8_t { kAuto, kInt8, kF32 };
 
+// One sequence of a batched forward call: its new tokens (appended to its own cache) and where
+// its logits go ([tokens, vocab] when all_logits, else the last row's [vocab]).
+struct SeqStep {
+  std::span<const int32_t> tokens;
+  KvCache* cache = nullptr;
+  std::span<float> logits;
+  bool all_logits = false;
+};
+
 struct RuntimeOptions {
   bool reference = false;  // the f32 reference runtime instead of the fast one
   int threads = 0;         // fast runtime: threads in all (<= 0: one per core)
@@ -78,6 +87,10 @@ class Transformer {
   // cache. Writes logits [tokens.size(), vocab] when all_logits, else only the last row [vocab].
   Status forward(std::span<const int32_t> tokens, KvCache& cache, std::span<float> logits,
                  bool all_logits = true) const;
+  // Several sequences in one pass (each checked as forward checks it; caches distinct): on the
+  // fast runtime their products run as one batch (each weight read once for all of them) and
+  // attention runs per sequence over its own cache.
+  Status forward_batch(std::span<const SeqStep> seqs) const;
 
  private:
   Transformer();

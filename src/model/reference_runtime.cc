@@ -14,8 +14,14 @@ class ReferenceRuntime final : public Runtime {
  public:
   explicit ReferenceRuntime(std::unique_ptr<F32Model> m) : m_(std::move(m)) {}
 
-  Status forward(std::span<const int32_t> tokens, KvCache& cache, std::span<float> logits,
-                 bool all_logits) const override {
+  // One sequence after the other: the reference is for checking, not throughput.
+  Status forward(std::span<const SeqStep> seqs) const override {
+    for (const SeqStep& s : seqs) one(s.tokens, *s.cache, s.logits, s.all_logits);
+    return ok_status();
+  }
+
+  void one(std::span<const int32_t> tokens, KvCache& cache, std::span<float> logits,
+           bool all_logits) const {
     const ModelConfig& c = m_->config();
     const int64_t n = static_cast<int64_t>(tokens.size()), d = c.hidden_size;
     const int64_t kvd = c.num_key_value_heads * c.head_dim, cap = cache.capacity;
@@ -32,7 +38,6 @@ class ReferenceRuntime final : public Runtime {
     cache.n += n;
     const int64_t out_rows = all_logits ? n : 1;
     m_->head(x.data() + (n - out_rows) * d, out_rows, logits.data());
-    return ok_status();
   }
 
   KvCache new_cache(int64_t capacity) const override {

@@ -17,9 +17,8 @@ namespace tq {
 class Runtime {
  public:
   virtual ~Runtime() = default;
-  // As Transformer::forward, whose checks have passed.
-  virtual Status forward(std::span<const int32_t> tokens, KvCache& cache, std::span<float> logits,
-                         bool all_logits) const = 0;
+  // As Transformer::forward_batch, whose checks have passed.
+  virtual Status forward(std::span<const SeqStep> seqs) const = 0;
   // An empty cache in this runtime's layout (model/forward.h KvCache), and whether `cache` is one.
   virtual KvCache new_cache(int64_t capacity) const = 0;
   virtual bool fits(const KvCache& cache) const = 0;

@@ -2,6 +2,8 @@
 // RuntimeOptions pick (model/runtime.h).
 #include "model/forward.h"
 
+#include <fmt/format.h>
+
 #include "model/layer.h"
 #include "model/rope.h"
 #include "model/runtime.h"
@@ -44,23 +46,38 @@ KvCache Transformer::new_cache(int64_t capacity) const { return impl_->rt->new_c
 
 Status Transformer::forward(std::span<const int32_t> tokens, KvCache& cache,
                             std::span<float> logits, bool all_logits) const {
-  const ModelConfig& c = impl_->cfg;
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t vocab = c.vocab_size, cap = cache.capacity, p0 = cache.n;
-  if (n == 0) return err("forward: no tokens");
-  if (cap < 0 || !impl_->rt->fits(cache))
-    return err("forward: KV cache does not fit this model and runtime (make it with new_cache)");
-  if (p0 < 0 || n > cap - p0)
-    return err("forward: {} cached + {} new positions exceed the KV cache capacity {}", p0, n, cap);
-  const int64_t out_rows = all_logits ? n : 1;
-  if (static_cast<int64_t>(logits.size()) < out_rows * vocab)
-    return err("forward: logits buffer holds {} floats, {} rows x vocab {} needed", logits.size(),
-               out_rows, vocab);
-  for (int64_t i = 0; i < n; ++i)
-    if (tokens[i] < 0 || tokens[i] >= vocab)
-      return err("forward: token id {} at index {} outside the vocabulary [0, {})", tokens[i], i,
-                 vocab);
-  return impl_->rt->forward(tokens, cache, logits, all_logits);
+  const SeqStep one{tokens, &cache, logits, all_logits};
+  return forward_batch({&one, 1});
+}
+
+Status Transformer::forward_batch(std::span<const SeqStep> seqs) const {
+  const int64_t vocab = impl_->cfg.vocab_size;
+  if (seqs.empty()) return err("forward: no sequences");
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const SeqStep& q = seqs[s];
+    const std::string who = seqs.size() > 1 ? fmt::format("sequence {}: ", s) : "";
+    const int64_t n = static_cast<int64_t>(q.tokens.size());
+    if (n == 0) return err("forward: {}no tokens", who);
+    if (q.cache == nullptr || q.cache->capacity < 0 || !impl_->rt->fits(*q.cache))
+      return err("forward: {}KV cache does not fit this model and runtime (make it with "
+                 "new_cache)",
+                 who);
+    for (size_t o = 0; o < s; ++o)
+      if (seqs[o].cache == q.cache) return err("forward: sequences {} and {} share a cache", o, s);
+    const int64_t cap = q.cache->capacity, p0 = q.cache->n;
+    if (p0 < 0 || n > cap - p0)
+      return err("forward: {}{} cached + {} new positions exceed the KV cache capacity {}", who,
+                 p0, n, cap);
+    const int64_t out_rows = q.all_logits ? n : 1;
+    if (static_cast<int64_t>(q.logits.size()) < out_rows * vocab)
+      return err("forward: {}logits buffer holds {} floats, {} rows x vocab {} needed", who,
+                 q.logits.size(), out_rows, vocab);
+    for (int64_t i = 0; i < n; ++i)
+      if (q.tokens[i] < 0 || q.tokens[i] >= vocab)
+        return err("forward: {}token id {} at index {} outside the vocabulary [0, {})", who,
+                   q.tokens[i], i, vocab);
+  }
+  return impl_->rt->forward(seqs);
 }
 
 }  // namespace tq

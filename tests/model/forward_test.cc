@@ -419,6 +419,49 @@ TEST_P(TinyForward, FastRuntimeEqualsReference) {
   }
 }
 
+// Several sequences in one call (a prefill beside two decodes at other positions) give each the
+// logits and cache it gets alone, on both runtimes.
+TEST_P(TinyForward, BatchOfSequencesEqualsEachAlone) {
+  testing::TempDir dir;
+  auto src = open_model(write_tiny_model(dir, tiny_json(GetParam())));
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  for (const bool reference : {true, false}) {
+    SCOPED_TRACE(reference ? "reference" : "fast");
+    auto t = Transformer::load(*src, RuntimeOptions{.reference = reference, .threads = 2});
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    const int64_t V = (*t)->config().vocab_size;
+    const std::vector<std::vector<int32_t>> prefix = {{}, {5, 9, 2}, {7, 7, 1, 3, 8, 4, 2, 6, 9}};
+    const std::vector<std::vector<int32_t>> next = {{3, 1, 4, 1, 5}, {6}, {2}};
+    std::vector<KvCache> alone, batched;
+    std::vector<std::vector<float>> want, got;
+    for (size_t s = 0; s < 3; ++s) {
+      for (auto* v : {&alone, &batched}) {
+        v->push_back((*t)->new_cache(16));
+        std::vector<float> lg(prefix[s].size() * V + V);
+        if (!prefix[s].empty()) ASSERT_TRUE((*t)->forward(prefix[s], v->back(), lg).ok());
+      }
+      const bool all = s == 0;
+      want.emplace_back(all ? next[s].size() * V : V);
+      got.emplace_back(want.back().size());
+      ASSERT_TRUE((*t)->forward(next[s], alone[s], want[s], all).ok());
+    }
+    std::vector<SeqStep> steps;
+    for (size_t s = 0; s < 3; ++s) steps.push_back({next[s], &batched[s], got[s], s == 0});
+    ASSERT_TRUE((*t)->forward_batch(steps).ok());
+    for (size_t s = 0; s < 3; ++s) {
+      EXPECT_LT(max_abs_diff(want[s], got[s]) / max_abs(want[s]), 1e-5) << "sequence " << s;
+      EXPECT_EQ(batched[s].n, alone[s].n);
+    }
+    // A cache given twice, or an empty sequence, is refused before anything runs.
+    steps[1].cache = steps[0].cache;
+    Status st = (*t)->forward_batch(steps);
+    EXPECT_TRUE(!st.ok() && testing::contains(st.error().message, "share a cache"));
+    steps[1] = {std::span<const int32_t>(), &batched[1], got[1], false};
+    st = (*t)->forward_batch(steps);
+    EXPECT_TRUE(!st.ok() && testing::contains(st.error().message, "sequence 1: no tokens"));
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, TinyForward, ::testing::Values("llama", "qwen2", "qwen3"));
 
 TEST(TransformerLoad, UnsupportedRopeScalingIsAnError) {
