@@ -44,8 +44,10 @@ inline void add_runtime_flags(CLI::App& app, RuntimeOptions* o) {
           [](std::string& v) -> std::string {
             const bool digits = !v.empty() && v.size() <= 15 &&
                                 v.find_first_not_of("0123456789") == std::string::npos;
-            return digits ? "" : "a byte count (0: none) is needed (flag or TQ_READ_AHEAD), "
-                                 "not '" + v + "'";
+            return digits ? ""
+                          : "a byte count (0: none) is needed (flag or TQ_READ_AHEAD), "
+                            "not '" +
+                                v + "'";
           },
           "BYTES"))
       ->capture_default_str();

@@ -65,8 +65,7 @@ void F32Model::mlp_half(int64_t l, float* x, int64_t rows, const WeightOverride*
   step_.mlp_out(L, io);
 }
 
-void F32Model::layer(int64_t l, float* x, int64_t n, const WeightOverride* ov,
-                     int64_t seqs) const {
+void F32Model::layer(int64_t l, float* x, int64_t n, const WeightOverride* ov, int64_t seqs) const {
   attention_half(l, x, n, ov, seqs);
   mlp_half(l, x, n * seqs, ov);
 }

@@ -46,7 +46,7 @@ class F32Model {
   void head(const float* x, int64_t n, float* logits, const WeightOverride* ov = nullptr) const;
 
  private:
-  F32Model(const ModelConfig& c) : cfg_(c), step_(c) {}
+  explicit F32Model(const ModelConfig& c) : cfg_(c), step_(c) {}
   ModelConfig cfg_;
   std::vector<double> inv_freq_;
   F32Tensors t_;

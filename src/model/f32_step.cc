@@ -59,8 +59,8 @@ void F32Step::linear(TensorRole role, const std::vector<float>& w, const std::ve
 }
 
 void F32Step::attn_norm(const F32Layer& L, F32Io& io) const {
-  rms_norm(io.x, L.norm_attn.data(), io.rows(), c_.hidden_size,
-           static_cast<float>(c_.rms_norm_eps), io.h);
+  rms_norm(io.x, L.norm_attn.data(), io.rows(), c_.hidden_size, static_cast<float>(c_.rms_norm_eps),
+           io.h);
 }
 
 void F32Step::qkv(const F32Layer& L, F32Io& io) const {
@@ -84,13 +84,13 @@ void F32Step::qkv(const F32Layer& L, F32Io& io) const {
 }
 
 void F32Step::attn_core(const F32Layer&, F32Io& io) const {
-  const int64_t hd = c_.head_dim, n_heads = c_.num_attention_heads,
-                n_kv = c_.num_key_value_heads, qd = n_heads * hd, kvd = n_kv * hd;
+  const int64_t hd = c_.head_dim, n_heads = c_.num_attention_heads, n_kv = c_.num_key_value_heads,
+                qd = n_heads * hd, kvd = n_kv * hd;
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   const int64_t kv_rows = io.p0 + io.n;
   for (int64_t s = 0; s < io.seqs; ++s)
-    causal_attention(io.q + s * io.n * qd, io.k + s * kv_rows * kvd, io.v + s * kv_rows * kvd,
-                     io.n, io.p0, n_heads, n_kv, hd, scale, io.att + s * io.n * qd);
+    causal_attention(io.q + s * io.n * qd, io.k + s * kv_rows * kvd, io.v + s * kv_rows * kvd, io.n,
+                     io.p0, n_heads, n_kv, hd, scale, io.att + s * io.n * qd);
 }
 
 void F32Step::attn_out(const F32Layer& L, F32Io& io) const {
@@ -100,8 +100,8 @@ void F32Step::attn_out(const F32Layer& L, F32Io& io) const {
 }
 
 void F32Step::mlp_norm(const F32Layer& L, F32Io& io) const {
-  rms_norm(io.x, L.norm_mlp.data(), io.rows(), c_.hidden_size,
-           static_cast<float>(c_.rms_norm_eps), io.h);
+  rms_norm(io.x, L.norm_mlp.data(), io.rows(), c_.hidden_size, static_cast<float>(c_.rms_norm_eps),
+           io.h);
 }
 
 void F32Step::mlp_act(const F32Layer& L, F32Io& io) const {

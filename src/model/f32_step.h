@@ -31,11 +31,11 @@ using LinearTap = std::function<void(TensorRole role, const float* x, int64_t ro
 // positions [0, p0 + n) are rows of k, v from s * (p0 + n) * kvd; qkv writes the new ones at p0.
 struct F32Io {
   int64_t n = 0, seqs = 1, p0 = 0;
-  float* x = nullptr;                      // [rows, d] residual stream, updated in place
-  float* h = nullptr;                      // [rows, d] normed input / branch output
-  float *q = nullptr, *att = nullptr;      // [rows, qd]
-  float *k = nullptr, *v = nullptr;        // keys, values (above)
-  float *gate = nullptr, *up = nullptr;    // [rows, inter]; gate holds the activation
+  float* x = nullptr;                          // [rows, d] residual stream, updated in place
+  float* h = nullptr;                          // [rows, d] normed input / branch output
+  float *q = nullptr, *att = nullptr;          // [rows, qd]
+  float *k = nullptr, *v = nullptr;            // keys, values (above)
+  float *gate = nullptr, *up = nullptr;        // [rows, inter]; gate holds the activation
   const float *cos = nullptr, *sin = nullptr;  // RoPE table [n, head_dim / 2]
   const WeightOverride* weight = nullptr;
   const LinearTap* tap = nullptr;

@@ -143,8 +143,7 @@ class FastRuntime final : public Runtime {
   // f16 bits) at p0, then att[n, qd] = causal attention of q[n, qd] over it.
   template <typename T>
   void attention(T* kt, T* vc, int64_t ks, const float* kn, const float* vn, const float* q,
-                 int64_t n, int64_t p0, bool blas,
-                 float* att) const;
+                 int64_t n, int64_t p0, bool blas, float* att) const;
   template <typename F>
   void split_rows(std::initializer_list<MatJob> jobs, int64_t n, int64_t align, int per_thread,
                   F&& product) const;
@@ -198,8 +197,7 @@ Status FastRuntime::vec(const TensorSource& ts, const TensorSpec& s, std::vector
   return ok_status();
 }
 
-FastRuntime::Path FastRuntime::path(std::span<const PackedMatrix* const> ws,
-                                            int64_t n) const {
+FastRuntime::Path FastRuntime::path(std::span<const PackedMatrix* const> ws, int64_t n) const {
   const ActPath act = opts.activations;
   if (act != ActPath::kF32 && n >= kAmxMinTokens && opts.amx && amx_available() &&
       std::all_of(ws.begin(), ws.end(), [](const PackedMatrix* w) { return amx_supported(*w); }))
@@ -220,7 +218,7 @@ FastRuntime::Path FastRuntime::path(std::span<const PackedMatrix* const> ws,
 // fills rows [lo, hi) of one job, then its bias is added.
 template <typename F>
 void FastRuntime::split_rows(std::initializer_list<MatJob> jobs, int64_t n, int64_t align,
-                                 int per_thread, F&& product) const {
+                             int per_thread, F&& product) const {
   int64_t total = 0;
   for (const MatJob& j : jobs) total += j.w->rows;
   pool->parallel_for(
@@ -275,8 +273,7 @@ void FastRuntime::run(std::initializer_list<MatJob> jobs, const float* xin, int6
 
 // Prefill: strips of rows decoded to f32, then one OpenBLAS GEMM per strip (its
 // own threads), so long prompts run at dense-GEMM speed while the weights stay packed.
-void FastRuntime::run_blas(std::initializer_list<MatJob> jobs, const float* xin,
-                               int64_t n) const {
+void FastRuntime::run_blas(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const {
   for (const MatJob& j : jobs) {
     const int64_t cols = j.w->cols;
     const int64_t strip = std::clamp<int64_t>((8 << 20) / (cols * 4), 16, 512);
@@ -299,8 +296,7 @@ void FastRuntime::run_blas(std::initializer_list<MatJob> jobs, const float* xin,
 
 template <typename T>
 void FastRuntime::attention(T* kt, T* vc, int64_t ks, const float* kn, const float* vn,
-                            const float* q, int64_t n, int64_t p0,
-                                bool blas, float* att) const {
+                            const float* q, int64_t n, int64_t p0, bool blas, float* att) const {
   const int64_t hd = cfg.head_dim, n_heads = cfg.num_attention_heads,
                 n_kv = cfg.num_key_value_heads, qd = n_heads * hd, kvd = n_kv * hd,
                 group = n_heads / n_kv, total = p0 + n;
@@ -529,7 +525,8 @@ void FastRuntime::qkv(const FastLayer& L, FastIo& io) const {
   const int64_t hd = cfg.head_dim, n = io.n;
   const int64_t n_heads = cfg.num_attention_heads, n_kv = cfg.num_key_value_heads;
   ahead(io, static_cast<size_t>(io.l) * 4 + 1);
-  run({{&L.q, io.q, n_heads * hd, &L.q_b}, {&L.k, io.k, n_kv * hd, &L.k_b},
+  run({{&L.q, io.q, n_heads * hd, &L.q_b},
+       {&L.k, io.k, n_kv * hd, &L.k_b},
        {&L.v, io.v, n_kv * hd, &L.v_b}},
       io.h, n);
   if (!L.q_norm.empty()) {  // qwen3
@@ -555,8 +552,8 @@ void FastRuntime::attn_core(const FastLayer& L, FastIo& io) const {
     float* att = io.att + r0 * qd;
     const bool b = blas && n >= kBlockAttnMinTokens;
     if (c.layout == KvLayout::kFastF16)
-      attention(c.k16.data() + l * kvd * ks, c.v16.data() + l * cap * kvd, ks, kn, vn, q, n, c.n,
-                b, att);
+      attention(c.k16.data() + l * kvd * ks, c.v16.data() + l * cap * kvd, ks, kn, vn, q, n, c.n, b,
+                att);
     else
       attention(c.k.data() + l * kvd * ks, c.v.data() + l * cap * kvd, ks, kn, vn, q, n, c.n, b,
                 att);
@@ -579,8 +576,8 @@ void FastRuntime::mlp_act(const FastLayer& L, FastIo& io) const {
   ahead(io, static_cast<size_t>(io.l) * 4 + 3);
   run({{&L.gate, io.gate, inter, &L.gate_b}, {&L.up, io.up, inter, &L.up_b}}, io.h, io.n);
   pool->parallel_for(
-      io.n * inter,
-      [&](int64_t b, int64_t e) { silu_mul_simd(io.gate + b, io.up + b, e - b); }, 4096);
+      io.n * inter, [&](int64_t b, int64_t e) { silu_mul_simd(io.gate + b, io.up + b, e - b); },
+      4096);
 }
 
 void FastRuntime::mlp_out(const FastLayer& L, FastIo& io) const {

@@ -15,11 +15,11 @@ namespace tq {
 
 template <typename M>
 struct LayerTensors {
-  std::vector<float> norm_attn, norm_mlp;  // [d]
-  M q, k, v, o;                            // [qd, d], [kvd, d], [kvd, d], [d, qd]
-  M gate, up, down;                        // [inter, d], [inter, d], [d, inter]
-  std::vector<float> q_norm, k_norm;       // [hd] (qwen3), else empty
-  std::vector<float> q_b, k_b, v_b, o_b;   // [qd], [kvd], [kvd], [d] (qwen2), else empty
+  std::vector<float> norm_attn, norm_mlp;   // [d]
+  M q, k, v, o;                             // [qd, d], [kvd, d], [kvd, d], [d, qd]
+  M gate, up, down;                         // [inter, d], [inter, d], [d, inter]
+  std::vector<float> q_norm, k_norm;        // [hd] (qwen3), else empty
+  std::vector<float> q_b, k_b, v_b, o_b;    // [qd], [kvd], [kvd], [d] (qwen2), else empty
   std::vector<float> gate_b, up_b, down_b;  // [inter], [inter], [d], else empty
 };
 
@@ -39,25 +39,44 @@ template <typename Layer, typename F>
 bool with_layer_tensor(Layer& L, TensorRole role, F&& f) {
   using R = TensorRole;
   switch (role) {
-    case R::kAttnQ: return f(L.q), true;
-    case R::kAttnK: return f(L.k), true;
-    case R::kAttnV: return f(L.v), true;
-    case R::kAttnO: return f(L.o), true;
-    case R::kMlpGate: return f(L.gate), true;
-    case R::kMlpUp: return f(L.up), true;
-    case R::kMlpDown: return f(L.down), true;
-    case R::kNormAttn: return f(L.norm_attn), true;
-    case R::kNormMlp: return f(L.norm_mlp), true;
-    case R::kQNorm: return f(L.q_norm), true;
-    case R::kKNorm: return f(L.k_norm), true;
-    case R::kAttnQBias: return f(L.q_b), true;
-    case R::kAttnKBias: return f(L.k_b), true;
-    case R::kAttnVBias: return f(L.v_b), true;
-    case R::kAttnOBias: return f(L.o_b), true;
-    case R::kMlpGateBias: return f(L.gate_b), true;
-    case R::kMlpUpBias: return f(L.up_b), true;
-    case R::kMlpDownBias: return f(L.down_b), true;
-    default: return false;
+    case R::kAttnQ:
+      return f(L.q), true;
+    case R::kAttnK:
+      return f(L.k), true;
+    case R::kAttnV:
+      return f(L.v), true;
+    case R::kAttnO:
+      return f(L.o), true;
+    case R::kMlpGate:
+      return f(L.gate), true;
+    case R::kMlpUp:
+      return f(L.up), true;
+    case R::kMlpDown:
+      return f(L.down), true;
+    case R::kNormAttn:
+      return f(L.norm_attn), true;
+    case R::kNormMlp:
+      return f(L.norm_mlp), true;
+    case R::kQNorm:
+      return f(L.q_norm), true;
+    case R::kKNorm:
+      return f(L.k_norm), true;
+    case R::kAttnQBias:
+      return f(L.q_b), true;
+    case R::kAttnKBias:
+      return f(L.k_b), true;
+    case R::kAttnVBias:
+      return f(L.v_b), true;
+    case R::kAttnOBias:
+      return f(L.o_b), true;
+    case R::kMlpGateBias:
+      return f(L.gate_b), true;
+    case R::kMlpUpBias:
+      return f(L.up_b), true;
+    case R::kMlpDownBias:
+      return f(L.down_b), true;
+    default:
+      return false;
   }
 }
 
@@ -70,10 +89,14 @@ bool with_model_tensor(Model& m, TensorRole role, int64_t layer, F&& f) {
     return with_layer_tensor(m.layers[static_cast<size_t>(layer)], role, std::forward<F>(f));
   }
   switch (role) {
-    case TensorRole::kEmbed: return f(m.embed), true;
-    case TensorRole::kLmHead: return f(m.lm_head), true;
-    case TensorRole::kNormFinal: return f(m.norm_final), true;
-    default: return false;
+    case TensorRole::kEmbed:
+      return f(m.embed), true;
+    case TensorRole::kLmHead:
+      return f(m.lm_head), true;
+    case TensorRole::kNormFinal:
+      return f(m.norm_final), true;
+    default:
+      return false;
   }
 }
 

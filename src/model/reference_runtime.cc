@@ -68,8 +68,7 @@ class ReferenceRuntime final : public Runtime {
  private:
   size_t cache_size(int64_t capacity) const {
     const ModelConfig& c = m_->config();
-    return static_cast<size_t>(c.num_hidden_layers * capacity * c.num_key_value_heads *
-                               c.head_dim);
+    return static_cast<size_t>(c.num_hidden_layers * capacity * c.num_key_value_heads * c.head_dim);
   }
   std::unique_ptr<F32Model> m_;
 };

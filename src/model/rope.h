@@ -15,8 +15,7 @@ namespace tq {
 Result<std::vector<double>> rope_inv_freq(const ModelConfig& cfg);
 
 // cos, sin [n, head_dim / 2] of positions p0 .. p0 + n - 1.
-void rope_table(const std::vector<double>& inv_freq, int64_t p0, int64_t n, float* cos,
-                float* sin);
+void rope_table(const std::vector<double>& inv_freq, int64_t p0, int64_t n, float* cos, float* sin);
 // RoPE on rows [r0, r1) of q [rows, qd] and k [rows, kvd]: every head of row r turns by table
 // row r % n (rows of several sequences of n share the table).
 void rope_rows(const ModelConfig& c, const float* cos, const float* sin, int64_t n, int64_t r0,

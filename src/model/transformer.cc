@@ -33,8 +33,7 @@ Result<std::unique_ptr<Transformer>> Transformer::load(
   if (opts.reference) {
     TQ_TRY(t->impl_->rt, load_reference_runtime(src, std::move(progress)));
   } else {
-    TQ_TRY(t->impl_->rt,
-           load_fast_runtime(src, opts, std::move(inv).value(), std::move(progress)));
+    TQ_TRY(t->impl_->rt, load_fast_runtime(src, opts, std::move(inv).value(), std::move(progress)));
   }
   return t;
 }
@@ -59,15 +58,16 @@ Status Transformer::forward_batch(std::span<const SeqStep> seqs) const {
     const int64_t n = static_cast<int64_t>(q.tokens.size());
     if (n == 0) return err("forward: {}no tokens", who);
     if (q.cache == nullptr || q.cache->capacity < 0 || !impl_->rt->fits(*q.cache))
-      return err("forward: {}KV cache does not fit this model and runtime (make it with "
-                 "new_cache)",
-                 who);
+      return err(
+          "forward: {}KV cache does not fit this model and runtime (make it with "
+          "new_cache)",
+          who);
     for (size_t o = 0; o < s; ++o)
       if (seqs[o].cache == q.cache) return err("forward: sequences {} and {} share a cache", o, s);
     const int64_t cap = q.cache->capacity, p0 = q.cache->n;
     if (p0 < 0 || n > cap - p0)
-      return err("forward: {}{} cached + {} new positions exceed the KV cache capacity {}", who,
-                 p0, n, cap);
+      return err("forward: {}{} cached + {} new positions exceed the KV cache capacity {}", who, p0,
+                 n, cap);
     const int64_t out_rows = q.all_logits ? n : 1;
     if (static_cast<int64_t>(q.logits.size()) < out_rows * vocab)
       return err("forward: {}logits buffer holds {} floats, {} rows x vocab {} needed", who,

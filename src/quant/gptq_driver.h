@@ -23,12 +23,12 @@
 
 #include "base/result.h"
 #include "formats/quant_spec.h"
+#include "model/f32_step.h"
 #include "model/model_config.h"
 #include "quant/activation_store.h"
 #include "quant/calib.h"
 #include "quant/gptq.h"
 #include "quant/hessian.h"
-#include "model/f32_step.h"
 #include "tensor/tensor.h"
 
 namespace tq {

@@ -113,8 +113,7 @@ Result<std::vector<float>> rtn_roundtrip(std::span<const float> w, int64_t rows,
   return r;
 }
 
-Result<SensitivityMeter> SensitivityMeter::prepare(const F32Model& runner,
-                                                   const CalibWindows& w) {
+Result<SensitivityMeter> SensitivityMeter::prepare(const F32Model& runner, const CalibWindows& w) {
   const ModelConfig& c = runner.config();
   const int64_t n = w.seq_len, d = c.hidden_size, V = c.vocab_size;
   const int64_t scored = n - w.first_target;

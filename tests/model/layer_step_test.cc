@@ -103,10 +103,9 @@ TEST(F32Step, TapSeesEveryLinearInputInOrder) {
   f.step.run(f.L, io);
   using R = TensorRole;
   const int64_t qd = 64, inter = 96;
-  const std::vector<std::pair<R, int64_t>> want = {{R::kAttnQ, d},    {R::kAttnK, d},
-                                                   {R::kAttnV, d},    {R::kAttnO, qd},
-                                                   {R::kMlpGate, d},  {R::kMlpUp, d},
-                                                   {R::kMlpDown, inter}};
+  const std::vector<std::pair<R, int64_t>> want = {
+      {R::kAttnQ, d},   {R::kAttnK, d}, {R::kAttnV, d},      {R::kAttnO, qd},
+      {R::kMlpGate, d}, {R::kMlpUp, d}, {R::kMlpDown, inter}};
   EXPECT_EQ(seen, want);
   std::vector<float> normed(x0.size());
   rms_norm(x0.data(), f.L.norm_attn.data(), n, d, 1e-5f, normed.data());
