@@ -375,9 +375,9 @@ void GemvRows(const PackedMatrix& w, const float* x, float* y, int64_t r0, int64
 }
 
 void PackedMatmulImpl(const PackedMatrix& w, const float* x, int64_t n, float* y, int64_t ldy,
-                      int64_t r0, int64_t r1) {
+                      int64_t r0, int64_t r1, bool batch_invariant) {
   if (r0 >= r1 || n <= 0) return;
-  if (n > 1) return GemmStrips(w, x, n, y, ldy, r0, r1);
+  if (n > 1 || batch_invariant) return GemmStrips(w, x, n, y, ldy, r0, r1);
   GemvRows(w, x, y, r0, r1);
 }
 
@@ -397,8 +397,8 @@ HWY_EXPORT(DecodeRowImpl);
 HWY_EXPORT(IsaName);
 
 void packed_matmul(const PackedMatrix& w, const float* x, int64_t n, float* y, int64_t ldy,
-                   int64_t r0, int64_t r1) {
-  HWY_DYNAMIC_DISPATCH(PackedMatmulImpl)(w, x, n, y, ldy, r0, r1);
+                   int64_t r0, int64_t r1, bool batch_invariant) {
+  HWY_DYNAMIC_DISPATCH(PackedMatmulImpl)(w, x, n, y, ldy, r0, r1, batch_invariant);
 }
 
 void packed_decode_row(const PackedMatrix& w, int64_t r, float* out) {

@@ -26,9 +26,10 @@
 
 namespace tq {
 
-// y[t * ldy + r] = Σ_k x[t * w.cols + k] · W[r, k] for t < n, r0 <= r < r1.
+// y[t * ldy + r] = Σ_k x[t * w.cols + k] · W[r, k] for t < n, r0 <= r < r1. `batch_invariant`:
+// the batch kernel from one token on, so a token's row of y does not depend on n.
 void packed_matmul(const PackedMatrix& w, const float* x, int64_t n, float* y, int64_t ldy,
-                   int64_t r0, int64_t r1);
+                   int64_t r0, int64_t r1, bool batch_invariant = false);
 // Row r of W decoded to f32 (cols values), SIMD; equals packed_decode_row_ref up to rounding.
 void packed_decode_row(const PackedMatrix& w, int64_t r, float* out);
 // The scalar reference: W decoded by packed_weight, products summed in double.
@@ -70,8 +71,10 @@ bool packed_q8_tiles_supported(const PackedMatrix& w);
 // y as packed_matmul, from int8 activations (only where packed_q8_supported). `parts`: the rows
 // of [r0, r1) are visited from several parts of the range at once (what the runtime uses: a
 // core keeps more misses in flight); false: strips of adjacent rows. The same results.
+// `batch_invariant`: one kernel at every batch size (the tiles, where they exist, from one token
+// on), so a token's row of y does not depend on how many tokens share the call.
 void packed_matmul_q8(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,
-                      int64_t r1, bool parts = true);
+                      int64_t r1, bool parts = true, bool batch_invariant = false);
 // Its scalar reference: per block, integer Σ v·(256·q + r), scaled by s·d/256, plus b·sum
 // (affine: v the code; mxfp4/nvfp4: v = 2·E2M1 and s half the scale, no b).
 void packed_matmul_q8_ref(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,

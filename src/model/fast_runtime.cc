@@ -199,6 +199,7 @@ Status FastRuntime::vec(const TensorSource& ts, const TensorSpec& s, std::vector
 
 FastRuntime::Path FastRuntime::path(std::span<const PackedMatrix* const> ws, int64_t n) const {
   const ActPath act = opts.activations;
+  if (opts.batch_invariant) return Path::kKernels;
   if (act != ActPath::kF32 && n >= kAmxMinTokens && opts.amx && amx_available() &&
       std::all_of(ws.begin(), ws.end(), [](const PackedMatrix* w) { return amx_supported(*w); }))
     return Path::kAmx;
@@ -265,9 +266,9 @@ void FastRuntime::run(std::initializer_list<MatJob> jobs, const float* xin, int6
   // (SmolLM2 8-bit, 143 MB a token against a 300 MB LLC, decoded 6-8% faster; 4-bit the same).
   split_rows(jobs, n, 8, slices_per_thread, [&](const MatJob& j, int64_t lo, int64_t hi) {
     if (q8 && packed_q8_supported(*j.w))
-      packed_matmul_q8(*j.w, xq, j.y, j.ldy, lo, hi);
+      packed_matmul_q8(*j.w, xq, j.y, j.ldy, lo, hi, true, opts.batch_invariant);
     else
-      packed_matmul(*j.w, xin, n, j.y, j.ldy, lo, hi);
+      packed_matmul(*j.w, xin, n, j.y, j.ldy, lo, hi, opts.batch_invariant);
   });
 }
 

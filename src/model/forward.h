@@ -60,6 +60,9 @@ struct RuntimeOptions {
   int64_t read_ahead = 1 << 20;
   bool tiles = true;
   bool amx = true;
+  // Fast runtime: a sequence's logits do not depend on how many others share its forward_batch
+  // call (a server's promise): every batch size takes the same kernels, never OpenBLAS or AMX.
+  bool batch_invariant = false;
 };
 
 class Transformer {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../testing/test_files.h"
+#include "formats/mlx_encode.h"
 #include "io/safetensors.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
@@ -459,6 +460,79 @@ TEST_P(TinyForward, BatchOfSequencesEqualsEachAlone) {
     steps[1] = {std::span<const int32_t>(), &batched[1], got[1], false};
     st = (*t)->forward_batch(steps);
     EXPECT_TRUE(!st.ok() && testing::contains(st.error().message, "sequence 1: no tokens"));
+  }
+}
+
+// A 4-bit g64 MLX checkpoint of a tiny `type` model (linear layers quantized, the embedding f32).
+std::string write_tiny_q4_model(const testing::TempDir& dir, const std::string& type) {
+  nlohmann::json j = tiny_json(type);
+  j["hidden_size"] = 64, j["intermediate_size"] = 128, j["num_attention_heads"] = 4;
+  j["head_dim"] = 16, j["quantization"] = {{"group_size", 64}, {"bits", 4}};
+  auto cfg = parse_model_config(j, "config.json");
+  EXPECT_TRUE(cfg.ok()) << cfg.error().message;
+  struct Out {
+    TensorDecl decl;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<Out> outs;
+  uint32_t seed = 300;
+  for (const auto& s : expected_tensors(*cfg)) {
+    std::vector<float> v = randn(shape_numel(s.shape), seed++, 0.2f);
+    if (s.shape.size() == 1 && s.name.find("norm") != std::string::npos)
+      for (auto& x : v) x = 1.0f + 0.5f * x;
+    const bool linear = s.shape.size() == 2 && s.kind->role != TensorRole::kEmbed;
+    if (!linear) {
+      outs.push_back({{s.name, DType::kF32, s.shape}, encode_from_f32(v, DType::kF32)});
+      continue;
+    }
+    std::vector<uint8_t> q, sc, b;
+    EXPECT_TRUE(
+        quantize_mlx(QuantSpec{}, s.shape[0], s.shape[1], v, DType::kF32, &q, &sc, &b).ok());
+    const std::string p = s.name.substr(0, s.name.size() - 7);
+    outs.push_back({{s.name, DType::kU32, {s.shape[0], s.shape[1] / 8}}, q});
+    outs.push_back({{p + ".scales", DType::kF32, {s.shape[0], s.shape[1] / 64}}, sc});
+    outs.push_back({{p + ".biases", DType::kF32, {s.shape[0], s.shape[1] / 64}}, b});
+  }
+  std::vector<TensorDecl> decls;
+  for (const Out& o : outs) decls.push_back(o.decl);
+  auto w = ShardedWriter::create(dir.path(), decls, {});
+  EXPECT_TRUE(w.ok()) << w.error().message;
+  for (const Out& o : outs) EXPECT_TRUE((*w)->write(o.decl.name, o.bytes).ok());
+  EXPECT_TRUE((*w)->finish().ok());
+  testing::write_file(dir.file("config.json"), j.dump());
+  return dir.path();
+}
+
+// batch_invariant: decode steps of several sequences in one call give each the very bits it
+// gets alone (the kernels at every batch size are the ones of one token), on a 4-bit model.
+TEST_P(TinyForward, BatchInvariantDecodeIsBitIdenticalToAlone) {
+  testing::TempDir dir;
+  auto src = open_model(write_tiny_q4_model(dir, GetParam()));
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  auto t = Transformer::load(*src, RuntimeOptions{.threads = 2, .batch_invariant = true});
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  const int64_t V = (*t)->config().vocab_size;
+  for (const int nseq : {1, 3, 4, 6}) {
+    SCOPED_TRACE(std::to_string(nseq) + " sequences");
+    std::vector<KvCache> alone, batched;
+    std::vector<std::vector<float>> want(nseq, std::vector<float>(V)), got = want;
+    std::vector<int32_t> next(nseq);
+    std::vector<SeqStep> steps;
+    for (int s = 0; s < nseq; ++s) {
+      std::vector<int32_t> prompt(3 + 2 * s);
+      for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = (i * 29 + s * 13 + 1) % V;
+      std::vector<float> lg(prompt.size() * V);
+      for (auto* v : {&alone, &batched}) {
+        v->push_back((*t)->new_cache(32));
+        ASSERT_TRUE((*t)->forward(prompt, v->back(), lg).ok());
+      }
+      next[s] = (s * 17 + 4) % V;
+      ASSERT_TRUE((*t)->forward(std::span(&next[s], 1), alone[s], want[s], false).ok());
+    }
+    for (int s = 0; s < nseq; ++s)
+      steps.push_back({std::span<const int32_t>(&next[s], 1), &batched[s], got[s], false});
+    ASSERT_TRUE((*t)->forward_batch(steps).ok());
+    for (int s = 0; s < nseq; ++s) EXPECT_EQ(want[s], got[s]) << "sequence " << s;
   }
 }
 
