@@ -3,7 +3,7 @@
 #include <cmath>
 #include <ctime>
 
-#include "text/jinja_builtins.h"
+#include "text/jinja/builtins.h"
 
 namespace tq::jinja {
 namespace {

@@ -1,8 +1,8 @@
-#include "text/jinja_lexer.h"
+#include "text/jinja/lexer.h"
 
 #include <algorithm>
 
-#include "text/jinja_value.h"
+#include "text/jinja/value.h"
 
 namespace tq::jinja {
 namespace {

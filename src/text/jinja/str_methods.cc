@@ -1,7 +1,7 @@
 // Python str methods on UTF-8 strings: strip, split, startswith, replace, find, join, format...
 #include <algorithm>
 
-#include "text/jinja_builtins.h"
+#include "text/jinja/builtins.h"
 
 namespace tq::jinja {
 namespace {

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "text/jinja_value.h"
+#include "text/jinja/value.h"
 
 namespace tq::jinja {
 

@@ -1,7 +1,6 @@
 // Python/Jinja semantics the renderer calls into: operators, attribute and item access,
-// dict methods (jinja_ops.cc), str methods (jinja_str_methods.cc), filters, tests and globals
-// (jinja_filters.cc). Errors carry no location; the renderer prefixes the expression's line and
-// column.
+// dict methods (ops.cc), str methods (str_methods.cc), filters, tests and globals (filters.cc).
+// Errors carry no location; the renderer prefixes the expression's line and column.
 #pragma once
 
 #include <string>
@@ -10,7 +9,7 @@
 #include <vector>
 
 #include "base/result.h"
-#include "text/jinja_value.h"
+#include "text/jinja/value.h"
 
 namespace tq::jinja {
 
