@@ -1,7 +1,7 @@
-// Jinja filters, tests and the globals of transformers' chat-template environment.
+// Jinja filters: a name -> function table, one small function per filter.
 #include <algorithm>
 #include <cmath>
-#include <ctime>
+#include <utility>
 
 #include "text/jinja/builtins.h"
 
@@ -123,7 +123,8 @@ Result<ValueList> keyed(const ValueList& items, const Value* attribute, bool cas
   return keys;
 }
 
-Result<Value> select_like(std::string_view name, const Value& v, CallArgs& a) {
+// select, reject, selectattr, rejectattr.
+Result<Value> select(std::string_view name, const Value& v, CallArgs& a) {
   const bool by_attr = name == "selectattr" || name == "rejectattr";
   const bool keep_if = name == "select" || name == "selectattr";
   if (!truthy(v)) return Value::make_list();  // jinja2 tests `if seq` first: none is empty
@@ -157,7 +158,7 @@ Result<Value> select_like(std::string_view name, const Value& v, CallArgs& a) {
   return Value::make_list(std::move(out));
 }
 
-Result<Value> tojson(const Value& v, CallArgs& a) {
+Result<Value> tojson(std::string_view, const Value& v, CallArgs& a) {
   TQ_CHECK_OK(a.check("tojson", 4, {"ensure_ascii", "indent", "separators", "sort_keys"}));
   JsonDumpOptions o;
   if (const Value* x = a.get(0, "ensure_ascii")) o.ensure_ascii = truthy(*x);
@@ -184,7 +185,7 @@ Result<Value> tojson(const Value& v, CallArgs& a) {
   return Value::string(std::move(s));
 }
 
-Result<Value> indent(const Value& v, CallArgs& a) {
+Result<Value> indent(std::string_view, const Value& v, CallArgs& a) {
   TQ_CHECK_OK(a.check("indent", 3, {"width", "first", "blank"}));
   std::string ind(4, ' ');
   if (const Value* w = a.get(0, "width")) {
@@ -213,6 +214,314 @@ Result<Value> indent(const Value& v, CallArgs& a) {
   return Value::string(std::move(out));
 }
 
+// One function per filter; `name` tells aliases apart and names the filter in errors.
+using Filter = Result<Value> (*)(std::string_view name, const Value& v, CallArgs& a);
+
+Result<Value> length(std::string_view name, const Value& v, CallArgs& a) {
+  TQ_CHECK_OK(a.check(name, 0, {}));
+  TQ_TRY(int64_t n, length_of(v));
+  return Value::integer(n);
+}
+
+Result<Value> trim(std::string_view name, const Value& v, CallArgs& a) {
+  TQ_CHECK_OK(a.check(name, 1, {"chars"}));
+  return Value::string(py_strip(py_str(v), a.get(0, "chars"), true, true));
+}
+
+Result<Value> string(std::string_view, const Value& v, CallArgs&) {
+  return Value::string(py_str(v));
+}
+
+Result<Value> safe(std::string_view, const Value& v, CallArgs&) { return v; }
+
+Result<Value> escape(std::string_view, const Value& v, CallArgs&) {
+  return Value::string(html_escape(py_str(v)));
+}
+
+Result<Value> default_value(std::string_view name, const Value& v, CallArgs& a) {
+  TQ_CHECK_OK(a.check(name, 2, {"default_value", "boolean"}));
+  const Value* def = a.get(0, "default_value");
+  const Value* boolean = a.get(1, "boolean");
+  bool use = v.is_undefined() || (boolean && truthy(*boolean) && !truthy(v));
+  if (!use) return v;
+  return def ? *def : Value::string("");
+}
+
+Result<Value> join(std::string_view name, const Value& v, CallArgs& a) {
+  TQ_CHECK_OK(a.check(name, 2, {"d", "attribute"}));
+  const Value* d = a.get(0, "d");
+  const Value* attr = a.get(1, "attribute");
+  TQ_TRY(ValueList items, iterate(v));
+  std::string sep = d ? py_str(*d) : "", out;
+  for (size_t k = 0; k < items.size(); ++k) {
+    Value x = items[k];
+    if (attr && !attr->is_none()) {
+      TQ_TRY(x, attr_path(x, *attr));
+    }
+    if (k) out += sep;
+    out += py_str(x);
+    if (out.size() > kMaxStringBytes) return err("string too large");
+  }
+  return Value::string(std::move(out));
+}
+
+// upper, lower, capitalize, title, replace: the str method of the value's str().
+Result<Value> str_method(std::string_view name, const Value& v, CallArgs& a) {
+  return call_str_method(py_str(v), name, a);
+}
+
+Result<Value> first_last(std::string_view name, const Value& v, CallArgs& a) {
+  TQ_CHECK_OK(a.check(name, 0, {}));
+  if (v.is_undefined()) return undefined_error(v);
+  TQ_TRY(ValueList items, iterate(v));
+  if (items.empty()) return Value::undefined(fmt::format("No {} item, sequence was empty.", name));
+  return name == "first" ? items.front() : items.back();
+}
+
+Result<Value> list(std::string_view, const Value& v, CallArgs&) {
+  TQ_TRY(ValueList items, iterate(v));
+  return Value::make_list(std::move(items));
+}
+
+Result<Value> items(std::string_view, const Value& v, CallArgs&) {
+  if (v.is_undefined()) return Value::make_list();
+  if (!v.is_mapping()) return err("Can only get item pairs from a mapping.");
+  ValueList out;
+  for (const auto& [k, x] : v.dict->items) out.push_back(Value::make_tuple({k, x}));
+  return Value::make_list(std::move(out));
+}
+
+Result<Value> reverse(std::string_view, const Value& v, CallArgs&) {
+  if (v.is_string()) return get_slice(v, Value::none(), Value::none(), Value::integer(-1));
+  TQ_TRY(ValueList items, iterate(v));
+  std::reverse(items.begin(), items.end());
+  return Value::make_list(std::move(items));
+}
+
+Result<Value> map(std::string_view, const Value& v, CallArgs& a) {
+  if (!truthy(v)) return Value::make_list();
+  TQ_TRY(ValueList items, iterate(v));
+  ValueList out;
+  const Value* attr = nullptr;
+  for (const auto& [k, x] : a.kw)
+    if (k == "attribute") attr = &x;
+  if (attr) {
+    const Value* def = nullptr;
+    for (const auto& [k, x] : a.kw)
+      if (k == "default") def = &x;
+    for (const auto& it : items) {
+      TQ_TRY(Value x, attr_path(it, *attr));
+      out.push_back(x.is_undefined() && def ? *def : x);
+    }
+  } else {
+    if (a.pos.empty()) return err("map requires a filter argument");
+    std::string f = py_str(a.pos[0]);
+    for (const auto& it : items) {
+      CallArgs rest;
+      rest.pos.assign(a.pos.begin() + 1, a.pos.end());
+      rest.kw = a.kw;
+      TQ_TRY(Value x, call_filter(f, it, rest));
+      out.push_back(std::move(x));
+    }
+  }
+  return Value::make_list(std::move(out));
+}
+
+// int and float: Python's int()/float() of numbers and strings, else the default.
+Result<Value> to_number(std::string_view name, const Value& v, CallArgs& a) {
+  TQ_CHECK_OK(a.check(name, 2, {"default", "base"}));
+  const Value* def = a.get(0, "default");
+  bool is_int = name == "int";
+  Value fallback = def ? *def : is_int ? Value::integer(0) : Value::number(0.0);
+  int64_t i = 0;
+  double f = 0.0;
+  if (v.is_number()) {
+    if (!is_int) return Value::number(v.as_double());
+    if (v.is_integral()) return Value::integer(v.as_int());
+    if (!std::isfinite(v.f) || std::fabs(v.f) >= 9.2e18) return fallback;
+    return Value::integer(static_cast<int64_t>(v.f));
+  }
+  if (!v.is_string()) return fallback;
+  if (is_int && parse_int(v.s, &i)) return Value::integer(i);
+  if (!parse_float(v.s, &f)) return fallback;
+  if (!is_int) return Value::number(f);
+  if (!std::isfinite(f) || std::fabs(f) >= 9.2e18) return fallback;
+  return Value::integer(static_cast<int64_t>(f));
+}
+
+Result<Value> abs(std::string_view, const Value& v, CallArgs&) {
+  if (!v.is_number()) return err("bad operand type for abs(): '{}'", type_name(v));
+  if (v.kind == Kind::kFloat) return Value::number(std::fabs(v.f));
+  if (v.as_int() == INT64_MIN) return err("integer overflow in abs");
+  return Value::integer(std::llabs(v.as_int()));
+}
+
+Result<Value> round(std::string_view name, const Value& v, CallArgs& a) {
+  TQ_CHECK_OK(a.check(name, 2, {"precision", "method"}));
+  if (!v.is_number()) return err("round: expected a number, got {}", type_name(v));
+  const Value* p = a.get(0, "precision");
+  const Value* m = a.get(1, "method");
+  int64_t prec = p && p->is_integral() ? std::clamp<int64_t>(p->as_int(), -300, 300) : 0;
+  std::string method = m ? py_str(*m) : "common";
+  double scale = std::pow(10.0, static_cast<double>(prec));
+  double x = v.as_double() * scale;
+  if (method == "common") {
+    x = std::round(x);
+  } else if (method == "ceil") {
+    x = std::ceil(x);
+  } else if (method == "floor") {
+    x = std::floor(x);
+  } else {
+    return err("method must be common, ceil or floor");
+  }
+  return Value::number(x / scale);
+}
+
+// Orders indices by their keys; the first unorderable pair lands in `failed`.
+auto key_less(const ValueList& keys, Status& failed) {
+  return [&keys, &failed](size_t x, size_t y) {
+    auto r = less_than(keys[x], keys[y]);
+    if (!r) failed = r.error();
+    return r.ok() && *r;
+  };
+}
+
+Result<Value> sort(std::string_view name, const Value& v, CallArgs& a) {
+  TQ_CHECK_OK(a.check(name, 3, {"reverse", "case_sensitive", "attribute"}));
+  const Value* rev = a.get(0, "reverse");
+  const Value* cs = a.get(1, "case_sensitive");
+  const Value* attr = a.get(2, "attribute");
+  TQ_TRY(ValueList items, iterate(v));
+  TQ_TRY(ValueList keys, keyed(items, attr, cs && truthy(*cs)));
+  std::vector<size_t> idx(items.size());
+  for (size_t k = 0; k < idx.size(); ++k) idx[k] = k;
+  Status failed;
+  std::stable_sort(idx.begin(), idx.end(), key_less(keys, failed));
+  if (!failed) return failed.error();
+  if (rev && truthy(*rev)) std::reverse(idx.begin(), idx.end());
+  ValueList out;
+  for (size_t k : idx) out.push_back(items[k]);
+  return Value::make_list(std::move(out));
+}
+
+Result<Value> unique(std::string_view name, const Value& v, CallArgs& a) {
+  TQ_CHECK_OK(a.check(name, 2, {"case_sensitive", "attribute"}));
+  const Value* cs = a.get(0, "case_sensitive");
+  const Value* attr = a.get(1, "attribute");
+  TQ_TRY(ValueList items, iterate(v));
+  TQ_TRY(ValueList keys, keyed(items, attr, cs && truthy(*cs)));
+  ValueList out, seen;
+  for (size_t k = 0; k < items.size(); ++k) {
+    if (std::any_of(seen.begin(), seen.end(), [&](const Value& s) { return equals(s, keys[k]); }))
+      continue;
+    seen.push_back(keys[k]);
+    out.push_back(items[k]);
+  }
+  return Value::make_list(std::move(out));
+}
+
+Result<Value> min_max(std::string_view name, const Value& v, CallArgs& a) {
+  TQ_CHECK_OK(a.check(name, 2, {"case_sensitive", "attribute"}));
+  const Value* cs = a.get(0, "case_sensitive");
+  const Value* attr = a.get(1, "attribute");
+  TQ_TRY(ValueList items, iterate(v));
+  TQ_TRY(ValueList keys, keyed(items, attr, cs && truthy(*cs)));
+  if (items.empty()) return Value::undefined(fmt::format("No {} item, sequence was empty.", name));
+  Status failed;
+  auto less = key_less(keys, failed);
+  size_t best = 0;
+  for (size_t k = 1; k < items.size(); ++k)
+    if (name == "min" ? less(k, best) : less(best, k)) best = k;
+  if (!failed) return failed.error();
+  return items[best];
+}
+
+Result<Value> dictsort(std::string_view name, const Value& v, CallArgs& a) {
+  TQ_CHECK_OK(a.check(name, 3, {"case_sensitive", "by", "reverse"}));
+  if (!v.is_mapping()) return err("dictsort: expected a mapping, got {}", type_name(v));
+  const Value* cs = a.get(0, "case_sensitive");
+  const Value* by = a.get(1, "by");
+  const Value* rev = a.get(2, "reverse");
+  size_t pos = 0;
+  if (by && py_str(*by) == "value") {
+    pos = 1;
+  } else if (by && py_str(*by) != "key") {
+    return err("You can only sort by either \"key\" or \"value\"");
+  }
+  ValueList pairs;
+  for (const auto& [k, x] : v.dict->items) pairs.push_back(Value::make_tuple({k, x}));
+  Status failed;
+  std::stable_sort(pairs.begin(), pairs.end(), [&](const Value& x, const Value& y) {
+    auto r = less_than(sort_key((*x.list)[pos], cs && truthy(*cs)),
+                       sort_key((*y.list)[pos], cs && truthy(*cs)));
+    if (!r) failed = r.error();
+    return r.ok() && *r;
+  });
+  if (!failed) return failed.error();
+  if (rev && truthy(*rev)) std::reverse(pairs.begin(), pairs.end());
+  return Value::make_list(std::move(pairs));
+}
+
+Result<Value> sum(std::string_view name, const Value& v, CallArgs& a) {
+  TQ_CHECK_OK(a.check(name, 2, {"attribute", "start"}));
+  const Value* attr = a.get(0, "attribute");
+  const Value* start = a.get(1, "start");
+  TQ_TRY(ValueList items, iterate(v));
+  Value total = start ? *start : Value::integer(0);
+  for (const auto& it : items) {
+    Value x = it;
+    if (attr && !attr->is_none()) {
+      TQ_TRY(x, attr_path(it, *attr));
+    }
+    TQ_TRY(total, binary_op("+", total, x));
+  }
+  return total;
+}
+
+// Sorted by name for the binary search.
+constexpr std::pair<std::string_view, Filter> kFilters[] = {
+    {"abs", abs},
+    {"capitalize", str_method},
+    {"count", length},
+    {"d", default_value},
+    {"default", default_value},
+    {"dictsort", dictsort},
+    {"e", escape},
+    {"escape", escape},
+    {"first", first_last},
+    {"float", to_number},
+    {"forceescape", escape},
+    {"indent", indent},
+    {"int", to_number},
+    {"items", items},
+    {"join", join},
+    {"last", first_last},
+    {"length", length},
+    {"list", list},
+    {"lower", str_method},
+    {"map", map},
+    {"max", min_max},
+    {"min", min_max},
+    {"reject", select},
+    {"rejectattr", select},
+    {"replace", str_method},
+    {"reverse", reverse},
+    {"round", round},
+    {"safe", safe},
+    {"select", select},
+    {"selectattr", select},
+    {"sort", sort},
+    {"string", string},
+    {"sum", sum},
+    {"title", str_method},
+    {"tojson", tojson},
+    {"trim", trim},
+    {"unique", unique},
+    {"upper", str_method},
+};
+static_assert(std::is_sorted(std::begin(kFilters), std::end(kFilters),
+                             [](const auto& x, const auto& y) { return x.first < y.first; }));
+
 constexpr std::string_view kUnsupportedFilters[] = {
     "attr",   "batch",     "center",   "filesizeformat", "format",   "groupby",
     "pprint", "random",    "slice",    "striptags",      "truncate", "urlencode",
@@ -220,373 +529,19 @@ constexpr std::string_view kUnsupportedFilters[] = {
 
 }  // namespace
 
+std::vector<std::string_view> filter_names() {
+  std::vector<std::string_view> out;
+  for (const auto& [name, fn] : kFilters) out.push_back(name);
+  return out;
+}
+
 Result<Value> call_filter(std::string_view name, const Value& v, CallArgs& a) {
-  if (name == "length" || name == "count") {
-    TQ_CHECK_OK(a.check(name, 0, {}));
-    TQ_TRY(int64_t n, length_of(v));
-    return Value::integer(n);
-  }
-  if (name == "trim") {
-    TQ_CHECK_OK(a.check(name, 1, {"chars"}));
-    return Value::string(py_strip(py_str(v), a.get(0, "chars"), true, true));
-  }
-  if (name == "tojson") return tojson(v, a);
-  if (name == "string") return Value::string(py_str(v));
-  if (name == "safe") return v;
-  if (name == "e" || name == "escape" || name == "forceescape")
-    return Value::string(html_escape(py_str(v)));
-  if (name == "default" || name == "d") {
-    TQ_CHECK_OK(a.check(name, 2, {"default_value", "boolean"}));
-    const Value* def = a.get(0, "default_value");
-    const Value* boolean = a.get(1, "boolean");
-    bool use = v.is_undefined() || (boolean && truthy(*boolean) && !truthy(v));
-    if (!use) return v;
-    return def ? *def : Value::string("");
-  }
-  if (name == "join") {
-    TQ_CHECK_OK(a.check(name, 2, {"d", "attribute"}));
-    const Value* d = a.get(0, "d");
-    const Value* attr = a.get(1, "attribute");
-    TQ_TRY(ValueList items, iterate(v));
-    std::string sep = d ? py_str(*d) : "", out;
-    for (size_t k = 0; k < items.size(); ++k) {
-      Value x = items[k];
-      if (attr && !attr->is_none()) {
-        TQ_TRY(x, attr_path(x, *attr));
-      }
-      if (k) out += sep;
-      out += py_str(x);
-      if (out.size() > kMaxStringBytes) return err("string too large");
-    }
-    return Value::string(std::move(out));
-  }
-  if (name == "upper" || name == "lower" || name == "capitalize" || name == "title" ||
-      name == "replace")
-    return call_str_method(py_str(v), name, a);
-  if (name == "first" || name == "last") {
-    TQ_CHECK_OK(a.check(name, 0, {}));
-    if (v.is_undefined()) return undefined_error(v);
-    TQ_TRY(ValueList items, iterate(v));
-    if (items.empty())
-      return Value::undefined(fmt::format("No {} item, sequence was empty.", name));
-    return name == "first" ? items.front() : items.back();
-  }
-  if (name == "list") {
-    TQ_TRY(ValueList items, iterate(v));
-    return Value::make_list(std::move(items));
-  }
-  if (name == "items") {
-    if (v.is_undefined()) return Value::make_list();
-    if (!v.is_mapping()) return err("Can only get item pairs from a mapping.");
-    ValueList out;
-    for (const auto& [k, x] : v.dict->items) out.push_back(Value::make_tuple({k, x}));
-    return Value::make_list(std::move(out));
-  }
-  if (name == "reverse") {
-    if (v.is_string()) return get_slice(v, Value::none(), Value::none(), Value::integer(-1));
-    TQ_TRY(ValueList items, iterate(v));
-    std::reverse(items.begin(), items.end());
-    return Value::make_list(std::move(items));
-  }
-  if (name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr")
-    return select_like(name, v, a);
-  if (name == "map") {
-    if (!truthy(v)) return Value::make_list();
-    TQ_TRY(ValueList items, iterate(v));
-    ValueList out;
-    const Value* attr = nullptr;
-    for (const auto& [k, x] : a.kw)
-      if (k == "attribute") attr = &x;
-    if (attr) {
-      const Value* def = nullptr;
-      for (const auto& [k, x] : a.kw)
-        if (k == "default") def = &x;
-      for (const auto& it : items) {
-        TQ_TRY(Value x, attr_path(it, *attr));
-        out.push_back(x.is_undefined() && def ? *def : x);
-      }
-    } else {
-      if (a.pos.empty()) return err("map requires a filter argument");
-      std::string f = py_str(a.pos[0]);
-      for (const auto& it : items) {
-        CallArgs rest;
-        rest.pos.assign(a.pos.begin() + 1, a.pos.end());
-        rest.kw = a.kw;
-        TQ_TRY(Value x, call_filter(f, it, rest));
-        out.push_back(std::move(x));
-      }
-    }
-    return Value::make_list(std::move(out));
-  }
-  if (name == "int" || name == "float") {
-    TQ_CHECK_OK(a.check(name, 2, {"default", "base"}));
-    const Value* def = a.get(0, "default");
-    bool is_int = name == "int";
-    Value fallback = def ? *def : is_int ? Value::integer(0) : Value::number(0.0);
-    int64_t i = 0;
-    double f = 0.0;
-    if (v.is_number()) {
-      if (!is_int) return Value::number(v.as_double());
-      if (v.is_integral()) return Value::integer(v.as_int());
-      if (!std::isfinite(v.f) || std::fabs(v.f) >= 9.2e18) return fallback;
-      return Value::integer(static_cast<int64_t>(v.f));
-    }
-    if (!v.is_string()) return fallback;
-    if (is_int && parse_int(v.s, &i)) return Value::integer(i);
-    if (!parse_float(v.s, &f)) return fallback;
-    if (!is_int) return Value::number(f);
-    if (!std::isfinite(f) || std::fabs(f) >= 9.2e18) return fallback;
-    return Value::integer(static_cast<int64_t>(f));
-  }
-  if (name == "abs") {
-    if (!v.is_number()) return err("bad operand type for abs(): '{}'", type_name(v));
-    if (v.kind == Kind::kFloat) return Value::number(std::fabs(v.f));
-    if (v.as_int() == INT64_MIN) return err("integer overflow in abs");
-    return Value::integer(std::llabs(v.as_int()));
-  }
-  if (name == "round") {
-    TQ_CHECK_OK(a.check(name, 2, {"precision", "method"}));
-    if (!v.is_number()) return err("round: expected a number, got {}", type_name(v));
-    const Value* p = a.get(0, "precision");
-    const Value* m = a.get(1, "method");
-    int64_t prec = p && p->is_integral() ? std::clamp<int64_t>(p->as_int(), -300, 300) : 0;
-    std::string method = m ? py_str(*m) : "common";
-    double scale = std::pow(10.0, static_cast<double>(prec));
-    double x = v.as_double() * scale;
-    if (method == "common") {
-      x = std::round(x);
-    } else if (method == "ceil") {
-      x = std::ceil(x);
-    } else if (method == "floor") {
-      x = std::floor(x);
-    } else {
-      return err("method must be common, ceil or floor");
-    }
-    return Value::number(x / scale);
-  }
-  if (name == "indent") return indent(v, a);
-  if (name == "sort" || name == "unique" || name == "min" || name == "max") {
-    TQ_CHECK_OK(a.check(name, name == "sort" ? 3 : 2,
-                        {name == "sort" ? "reverse" : "case_sensitive",
-                         name == "sort" ? "case_sensitive" : "attribute", "attribute"}));
-    const Value* rev = name == "sort" ? a.get(0, "reverse") : nullptr;
-    const Value* cs = a.get(name == "sort" ? 1 : 0, "case_sensitive");
-    const Value* attr = a.get(name == "sort" ? 2 : 1, "attribute");
-    TQ_TRY(ValueList items, iterate(v));
-    TQ_TRY(ValueList keys, keyed(items, attr, cs && truthy(*cs)));
-    std::vector<size_t> idx(items.size());
-    for (size_t k = 0; k < idx.size(); ++k) idx[k] = k;
-    if (name == "unique") {
-      ValueList out, seen;
-      for (size_t k = 0; k < items.size(); ++k) {
-        if (std::any_of(seen.begin(), seen.end(),
-                        [&](const Value& s) { return equals(s, keys[k]); }))
-          continue;
-        seen.push_back(keys[k]);
-        out.push_back(items[k]);
-      }
-      return Value::make_list(std::move(out));
-    }
-    Status failed;
-    auto less = [&](size_t x, size_t y) {
-      auto r = less_than(keys[x], keys[y]);
-      if (!r) failed = r.error();
-      return r.ok() && *r;
-    };
-    if (name == "sort") {
-      std::stable_sort(idx.begin(), idx.end(), less);
-      if (!failed) return failed.error();
-      if (rev && truthy(*rev)) std::reverse(idx.begin(), idx.end());
-      ValueList out;
-      for (size_t k : idx) out.push_back(items[k]);
-      return Value::make_list(std::move(out));
-    }
-    if (items.empty())
-      return Value::undefined(fmt::format("No {} item, sequence was empty.", name));
-    size_t best = 0;
-    for (size_t k = 1; k < items.size(); ++k)
-      if (name == "min" ? less(k, best) : less(best, k)) best = k;
-    if (!failed) return failed.error();
-    return items[best];
-  }
-  if (name == "dictsort") {
-    TQ_CHECK_OK(a.check(name, 3, {"case_sensitive", "by", "reverse"}));
-    if (!v.is_mapping()) return err("dictsort: expected a mapping, got {}", type_name(v));
-    const Value* cs = a.get(0, "case_sensitive");
-    const Value* by = a.get(1, "by");
-    const Value* rev = a.get(2, "reverse");
-    size_t pos = 0;
-    if (by && py_str(*by) == "value") {
-      pos = 1;
-    } else if (by && py_str(*by) != "key") {
-      return err("You can only sort by either \"key\" or \"value\"");
-    }
-    ValueList pairs;
-    for (const auto& [k, x] : v.dict->items) pairs.push_back(Value::make_tuple({k, x}));
-    Status failed;
-    std::stable_sort(pairs.begin(), pairs.end(), [&](const Value& x, const Value& y) {
-      auto r = less_than(sort_key((*x.list)[pos], cs && truthy(*cs)),
-                         sort_key((*y.list)[pos], cs && truthy(*cs)));
-      if (!r) failed = r.error();
-      return r.ok() && *r;
-    });
-    if (!failed) return failed.error();
-    if (rev && truthy(*rev)) std::reverse(pairs.begin(), pairs.end());
-    return Value::make_list(std::move(pairs));
-  }
-  if (name == "sum") {
-    TQ_CHECK_OK(a.check(name, 2, {"attribute", "start"}));
-    const Value* attr = a.get(0, "attribute");
-    const Value* start = a.get(1, "start");
-    TQ_TRY(ValueList items, iterate(v));
-    Value total = start ? *start : Value::integer(0);
-    for (const auto& it : items) {
-      Value x = it;
-      if (attr && !attr->is_none()) {
-        TQ_TRY(x, attr_path(it, *attr));
-      }
-      TQ_TRY(total, binary_op("+", total, x));
-    }
-    return total;
-  }
+  auto it = std::lower_bound(std::begin(kFilters), std::end(kFilters), name,
+                             [](const auto& e, std::string_view n) { return e.first < n; });
+  if (it != std::end(kFilters) && it->first == name) return it->second(name, v, a);
   for (auto u : kUnsupportedFilters)
     if (name == u) return err("unsupported filter '{}'", name);
   return err("no filter named '{}'", name);
-}
-
-Result<bool> call_test(std::string_view name, const Value& v, CallArgs& a) {
-  const Value* arg = a.pos.empty() ? nullptr : &a.pos[0];
-  auto need_arg = [&]() -> Status {
-    if (!arg) return err("test '{}' needs an argument", name);
-    return ok_status();
-  };
-  if (name == "defined") return !v.is_undefined();
-  if (name == "undefined") return v.is_undefined();
-  if (name == "none") return v.is_none();
-  if (name == "string") return v.is_string();
-  if (name == "number") return v.is_number();
-  if (name == "integer") return v.kind == Kind::kInt;
-  if (name == "float") return v.kind == Kind::kFloat;
-  if (name == "boolean") return v.kind == Kind::kBool;
-  if (name == "true") return v.kind == Kind::kBool && v.b;
-  if (name == "false") return v.kind == Kind::kBool && !v.b;
-  if (name == "mapping") return v.is_mapping();
-  if (name == "iterable")
-    return v.is_undefined() || v.is_string() || v.is_sequence() || v.is_mapping();
-  if (name == "sequence")
-    return v.is_undefined() || v.is_string() || v.is_sequence() || v.is_mapping();
-  if (name == "callable") return v.kind == Kind::kFunction;
-  if (name == "escaped") return false;
-  if (name == "lower" || name == "upper") {
-    CallArgs none;
-    TQ_TRY(Value r, call_str_method(py_str(v), name == "lower" ? "islower" : "isupper", none));
-    return r.b;
-  }
-  if (name == "odd" || name == "even" || name == "divisibleby") {
-    if (!v.is_integral()) return err("test '{}' expects an integer, got {}", name, type_name(v));
-    int64_t d = 2;
-    if (name == "divisibleby") {
-      TQ_CHECK_OK(need_arg());
-      if (!arg->is_integral() || arg->as_int() == 0) return err("divisibleby needs a nonzero int");
-      d = arg->as_int();
-    }
-    int64_t m = d == -1 ? 0 : v.as_int() % d;
-    return name == "odd" ? m != 0 : m == 0;
-  }
-  if (name == "eq" || name == "equalto" || name == "==" || name == "ne" || name == "!=") {
-    TQ_CHECK_OK(need_arg());
-    bool e = equals(v, *arg);
-    return name == "ne" || name == "!=" ? !e : e;
-  }
-  if (name == "lt" || name == "lessthan" || name == "<" || name == "ge" || name == ">=") {
-    TQ_CHECK_OK(need_arg());
-    TQ_TRY(bool r, less_than(v, *arg));
-    return name == "ge" || name == ">=" ? !r : r;
-  }
-  if (name == "gt" || name == "greaterthan" || name == ">" || name == "le" || name == "<=") {
-    TQ_CHECK_OK(need_arg());
-    TQ_TRY(bool r, less_than(*arg, v));
-    return name == "le" || name == "<=" ? !r : r;
-  }
-  if (name == "in") {
-    TQ_CHECK_OK(need_arg());
-    return contains(*arg, v);
-  }
-  if (name == "sameas") {
-    TQ_CHECK_OK(need_arg());
-    if (v.kind != arg->kind) return false;
-    if (v.is_sequence()) return v.list == arg->list;
-    if (v.kind == Kind::kDict || v.kind == Kind::kNamespace) return v.dict == arg->dict;
-    return equals(v, *arg);
-  }
-  return err("no test named '{}'", name);
-}
-
-void add_globals(std::unordered_map<std::string, Value>& g) {
-  g["range"] = Value::function("range", [](CallArgs& a) -> Result<Value> {
-    TQ_CHECK_OK(a.check("range", 3, {}));
-    if (a.pos.empty()) return err("range expected at least 1 argument, got 0");
-    for (const auto& x : a.pos)
-      if (!x.is_integral())
-        return err("'{}' object cannot be interpreted as an integer", type_name(x));
-    int64_t start = 0, stop = 0, step = 1;
-    if (a.pos.size() == 1) {
-      stop = a.pos[0].as_int();
-    } else {
-      start = a.pos[0].as_int();
-      stop = a.pos[1].as_int();
-      if (a.pos.size() == 3) step = a.pos[2].as_int();
-    }
-    if (step == 0) return err("range() arg 3 must not be zero");
-    // jinja2's sandbox refuses ranges longer than MAX_RANGE (100000).
-    double len = std::ceil((static_cast<double>(stop) - static_cast<double>(start)) /
-                           static_cast<double>(step));
-    if (len > 100000)
-      return err("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
-    ValueList out;
-    for (int64_t k = start; step > 0 ? k < stop : k > stop; k += step)
-      out.push_back(Value::integer(k));
-    return Value::make_list(std::move(out));
-  });
-  auto make_mapping = [](CallArgs& a, Value d) -> Result<Value> {
-    if (a.pos.size() > 1) return err("expected at most 1 positional argument");
-    if (!a.pos.empty()) {
-      if (a.pos[0].is_mapping()) {
-        for (const auto& [k, v] : a.pos[0].dict->items) d.dict->set(k, v);
-      } else {
-        TQ_TRY(ValueList pairs, iterate(a.pos[0]));
-        for (const auto& p : pairs) {
-          if (!p.is_sequence() || p.list->size() != 2)
-            return err("dictionary update sequence element has wrong length");
-          d.dict->set((*p.list)[0], (*p.list)[1]);
-        }
-      }
-    }
-    for (const auto& [k, v] : a.kw) d.dict->set(Value::string(k), v);
-    return d;
-  };
-  g["namespace"] = Value::function("namespace", [make_mapping](CallArgs& a) -> Result<Value> {
-    TQ_TRY(Value ns, make_mapping(a, Value::make_namespace()));
-    for (const auto& [k, v] : ns.dict->items)
-      if (k.is_string() && !k.s.empty() && k.s[0] == '_')
-        return err("chat templates cannot store underscore-prefixed attributes on a namespace");
-    return ns;
-  });
-  g["dict"] = Value::function(
-      "dict", [make_mapping](CallArgs& a) { return make_mapping(a, Value::make_dict()); });
-  g["raise_exception"] = Value::function("raise_exception", [](CallArgs& a) -> Result<Value> {
-    return err("raise_exception: {}", a.pos.empty() ? std::string() : py_str(a.pos[0]));
-  });
-  g["strftime_now"] = Value::function("strftime_now", [](CallArgs& a) -> Result<Value> {
-    if (a.pos.size() != 1 || !a.pos[0].is_string())
-      return err("strftime_now(format) takes one string");
-    std::time_t t = std::time(nullptr);
-    std::tm tm{};
-    localtime_r(&t, &tm);
-    char buf[512];
-    size_t n = std::strftime(buf, sizeof(buf), a.pos[0].s.c_str(), &tm);
-    return Value::string(std::string(buf, n));
-  });
 }
 
 }  // namespace tq::jinja
