@@ -7,9 +7,9 @@
 #include <filesystem>
 #include <string>
 
+#include "base/utf8.h"
 #include "model/model_tokenizer.h"
 #include "text/stream_decoder.h"
-#include "text/unicode.h"
 
 namespace tq {
 namespace {
@@ -31,7 +31,7 @@ void check_stream(const Tokenizer& tok, const std::string& text) {
   int held = 0;
   for (int32_t id : ids) {
     std::string piece = s.add(id);
-    EXPECT_TRUE(text::is_valid_utf8(piece)) << "piece after token " << id;
+    EXPECT_TRUE(is_valid_utf8(piece)) << "piece after token " << id;
     EXPECT_EQ(piece.find("\xEF\xBF\xBD"), std::string::npos);
     held += piece.empty();
     out += piece;

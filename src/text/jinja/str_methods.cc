@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "base/utf8.h"
 #include "text/jinja/builtins.h"
 
 namespace tq::jinja {
@@ -39,7 +40,7 @@ ValueList split(const std::string& s, const Value* sep, int64_t maxsplit, bool f
     std::vector<bool> ws(cps.size());
     for (size_t k = 0; k < cps.size(); ++k) {
       size_t p = 0;
-      ws[k] = is_py_space(decode_cp(cps[k], p));
+      ws[k] = is_py_space(next_code_point_lossy(cps[k], p));
     }
     auto join = [&](size_t a, size_t b) {
       std::string r;
@@ -200,7 +201,7 @@ std::string py_strip(std::string_view s, const Value* chars, bool left, bool rig
   std::vector<char32_t> set;
   bool use_set = chars && chars->is_string();
   if (use_set)
-    for (size_t i = 0; i < chars->s.size();) set.push_back(decode_cp(chars->s, i));
+    for (size_t i = 0; i < chars->s.size();) set.push_back(next_code_point_lossy(chars->s, i));
   auto strip_it = [&](char32_t c) {
     return use_set ? std::find(set.begin(), set.end(), c) != set.end() : is_py_space(c);
   };
@@ -208,7 +209,7 @@ std::string py_strip(std::string_view s, const Value* chars, bool left, bool rig
   if (left) {
     while (begin < end) {
       size_t p = begin;
-      if (!strip_it(decode_cp(s, p))) break;
+      if (!strip_it(next_code_point_lossy(s, p))) break;
       begin = p;
     }
   }
@@ -216,7 +217,7 @@ std::string py_strip(std::string_view s, const Value* chars, bool left, bool rig
     // Walk code points from the front to find the last one to keep.
     size_t keep_end = begin;
     for (size_t p = begin; p < end;) {
-      char32_t c = decode_cp(s, p);
+      char32_t c = next_code_point_lossy(s, p);
       if (!strip_it(c)) keep_end = p;
     }
     end = keep_end;
