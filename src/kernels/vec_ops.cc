@@ -37,11 +37,9 @@ float DotImpl(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-// Σ x[i], the read of a streaming-bandwidth measure, as the decode kernels read a
-// model: four distant parts of x at once (one stream each; a core keeps more misses in flight
-// over several streams: a single one read ~20-30% less), each load requesting the bytes 2 KB
-// further on (without, one core's demand misses alone reach ~20% less; 8 KB read ~2% less).
-// Then the tail.
+// Σ x[i], the read of a streaming-bandwidth measure, as the decode kernels read a model: four
+// distant parts of x at once (a core keeps more misses in flight over several streams), each
+// load requesting the bytes 2 KB further on. Then the tail.
 float StreamSumImpl(const float* x, int64_t n) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -173,8 +171,7 @@ void RmsNormImpl(const float* x, const float* w, int64_t rows, int64_t d, float 
 }
 
 // row[j] = exp(row[j] - m) for j < len, in vectors (Highway's Exp); returns their sum. Terms
-// below e^-87 become 0 instead of subnormals: a product with a subnormal takes a microcode assist
-// (the value pass of a 512-token Llama-1B prefill ran ~20x slower per FMA than the score pass),
+// below e^-87 become 0 instead of subnormals: a product with a subnormal takes a microcode assist,
 // and they weigh less than 2^-125 of the maximum's term.
 float ExpSum(float* row, int64_t len, float m) {
   const DF df;
@@ -209,7 +206,7 @@ float RowMax(const float* row, int64_t len) {
 }
 
 // The shapes below are template parameters so that the accumulators stay in registers (with
-// run-time bounds GCC kept them on the stack: 3x slower).
+// run-time bounds GCC kept them on the stack).
 
 // out_i = norm_i · Σ_{j < jn} p[i * pld + j] · v_j over NV vectors of the rows, NH rows of
 // weights: each V row is loaded once for all of them.
