@@ -118,12 +118,7 @@ inline float DotF(const float* a, const float* b, int64_t n) {
 // f32 and bf16 scales and biases are read where they lie (S = float, or uint16_t for bf16
 // bits); f16 ones are converted to f32 per strip first.
 inline float ScaleAt(const float* p, int64_t g) { return p[g]; }
-inline float ScaleAt(const uint16_t* p, int64_t g) {
-  const uint32_t bits = uint32_t{p[g]} << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+inline float ScaleAt(const uint16_t* p, int64_t g) { return bf16_to_f32(p[g]); }
 
 // Σ bf16 a[i] · b[i] (the bias terms of bf16 biases), in vectors with a scalar tail.
 inline float DotF(const uint16_t* a, const float* b, int64_t n) {
