@@ -22,21 +22,6 @@ namespace tq {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-float DotImpl(const float* a, const float* b, int64_t n) {
-  const hn::ScalableTag<float> df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  auto s0 = hn::Zero(df), s1 = s0;
-  int64_t i = 0;
-  for (; i + 2 * N <= n; i += 2 * N) {
-    s0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), s0);
-    s1 = hn::MulAdd(hn::LoadU(df, a + i + N), hn::LoadU(df, b + i + N), s1);
-  }
-  for (; i + N <= n; i += N) s0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), s0);
-  float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1)));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
 // Σ x[i], the read of a streaming-bandwidth measure, as the decode kernels read a model: four
 // distant parts of x at once (a core keeps more misses in flight over several streams), each
 // load requesting the bytes 2 KB further on. Then the tail.
@@ -410,7 +395,6 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace tq {
 
-HWY_EXPORT(DotImpl);
 HWY_EXPORT(StreamSumImpl);
 HWY_EXPORT(SiluMulImpl);
 HWY_EXPORT(RmsNormImpl);
@@ -420,10 +404,6 @@ HWY_EXPORT(AttendPartialF32);
 HWY_EXPORT(AttendPartialF16);
 HWY_EXPORT(AttendBlockF32);
 HWY_EXPORT(AttendBlockF16);
-
-float dot_f32(const float* a, const float* b, int64_t n) {
-  return HWY_DYNAMIC_DISPATCH(DotImpl)(a, b, n);
-}
 
 void rms_norm_simd(const float* x, const float* w, int64_t rows, int64_t d, float eps, float* out) {
   HWY_DYNAMIC_DISPATCH(RmsNormImpl)(x, w, rows, d, eps, out);
