@@ -1,10 +1,43 @@
 # Shared pytest fixtures: where the tq binary, the test binary and the asset cache are.
 import os
 import pathlib
+import re
 
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+
+
+def assets_required():
+    """./scripts/test installs every asset first and CI runs it, so there a missing one is a bug."""
+    flag = lambda name: os.environ.get(name, "").lower() in ("1", "true", "yes")
+    return flag("CI") or flag("TQ_REQUIRE_ASSETS")
+
+
+# Skip reasons that mean an asset, tool or oracle package is not installed (not a deliberate
+# opt-in such as TQ_SLOW_TESTS): failures where assets_required().
+MISSING_ASSET = re.compile(r"asset missing|missing:|not installed|could not import")
+
+
+def fail_missing_asset(report):
+    if not report.skipped or not assets_required() or hasattr(report, "wasxfail"):
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    if MISSING_ASSET.search(reason):
+        report.outcome = "failed"
+        report.longrepr = f"{reason} (assets are required here: run ./scripts/setup)"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    fail_missing_asset(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):  # a module-level importorskip
+    outcome = yield
+    fail_missing_asset(outcome.get_result())
 
 
 @pytest.fixture(scope="session")

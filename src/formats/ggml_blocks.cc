@@ -38,12 +38,6 @@ constexpr std::array<TypeRow, 34> kTypes = {{
     {40, {"NVFP4", 64, 36, false}},    {41, {"Q1_0", 128, 18, false}},
 }};
 
-inline float f16_at(const uint8_t* p) {
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return f16_to_f32(h);
-}
-
 // Each decoder turns one block at `b` into block_elems floats at `y`. The arithmetic mirrors
 // gguf-py: f32 throughout, sub-block scales (d*sc) rounded before use. Every product that is
 // followed by an add or subtract is exact in f32 (an f16 times integers below 2^7), so FMA
@@ -52,7 +46,7 @@ inline float f16_at(const uint8_t* p) {
 // Q4_0: f16 d, 16 bytes of nibbles; element j<16 is the low nibble of byte j, j>=16 the high
 // nibble of byte j-16. y = d * (q - 8).
 void block_q4_0(const uint8_t* b, float* y) {
-  float d = f16_at(b);
+  float d = load_f16(b);
   const uint8_t* qs = b + 2;
   for (int j = 0; j < 16; ++j) {
     y[j] = d * static_cast<float>((qs[j] & 0xF) - 8);
@@ -62,7 +56,7 @@ void block_q4_0(const uint8_t* b, float* y) {
 
 // Q4_1: f16 d, f16 m, 16 bytes of nibbles. y = d*q + m.
 void block_q4_1(const uint8_t* b, float* y) {
-  float d = f16_at(b), m = f16_at(b + 2);
+  float d = load_f16(b), m = load_f16(b + 2);
   const uint8_t* qs = b + 4;
   for (int j = 0; j < 16; ++j) {
     y[j] = d * static_cast<float>(qs[j] & 0xF) + m;
@@ -75,7 +69,7 @@ inline int high_bit(const uint8_t* qh, int j) { return (qh[j / 8] >> (j % 8)) & 
 
 // Q5_0: f16 d, 4 bytes of high bits, 16 bytes of nibbles. y = d * (q - 16).
 void block_q5_0(const uint8_t* b, float* y) {
-  float d = f16_at(b);
+  float d = load_f16(b);
   const uint8_t* qh = b + 2;
   const uint8_t* qs = b + 6;
   for (int j = 0; j < 16; ++j) {
@@ -88,7 +82,7 @@ void block_q5_0(const uint8_t* b, float* y) {
 
 // Q5_1: f16 d, f16 m, 4 bytes of high bits, 16 bytes of nibbles. y = d*q + m.
 void block_q5_1(const uint8_t* b, float* y) {
-  float d = f16_at(b), m = f16_at(b + 2);
+  float d = load_f16(b), m = load_f16(b + 2);
   const uint8_t* qh = b + 4;
   const uint8_t* qs = b + 8;
   for (int j = 0; j < 16; ++j) {
@@ -101,7 +95,7 @@ void block_q5_1(const uint8_t* b, float* y) {
 
 // Q8_0: f16 d, 32 int8. y = q * d.
 void block_q8_0(const uint8_t* b, float* y) {
-  float d = f16_at(b);
+  float d = load_f16(b);
   for (int j = 0; j < 32; ++j) y[j] = static_cast<float>(static_cast<int8_t>(b[2 + j])) * d;
 }
 
@@ -116,7 +110,7 @@ inline int crumb(const uint8_t* qs, int e) {
 void block_q2_k(const uint8_t* b, float* y) {
   const uint8_t* scales = b;
   const uint8_t* qs = b + 16;
-  float d = f16_at(b + 80), dmin = f16_at(b + 82);
+  float d = load_f16(b + 80), dmin = load_f16(b + 82);
   for (int i = 0; i < 16; ++i) {
     float dl = d * static_cast<float>(scales[i] & 0xF);
     float ml = dmin * static_cast<float>(scales[i] >> 4);
@@ -133,7 +127,7 @@ void block_q3_k(const uint8_t* b, float* y) {
   const uint8_t* hmask = b;
   const uint8_t* qs = b + 32;
   const uint8_t* sc = b + 96;
-  float d = f16_at(b + 108);
+  float d = load_f16(b + 108);
   for (int i = 0; i < 16; ++i) {
     // Low 4 bits: nibble (i/8) of byte i%8; high 2 bits: bits 2*(i/4) of byte 8 + i%4.
     int lo = (sc[i % 8] >> (4 * (i / 8))) & 0xF;
@@ -161,7 +155,7 @@ inline void scale_min_k4(const uint8_t* s, int i, int* sc, int* m) {
 // Q4_K: f16 d, f16 dmin, 12 scale bytes, 128 bytes of nibbles. Sub-block i (32 elements) is
 // the low (i even) or high (i odd) nibbles of bytes 32*(i/2)..+31. y = (d*sc)*q - dmin*m.
 void block_q4_k(const uint8_t* b, float* y) {
-  float d = f16_at(b), dmin = f16_at(b + 2);
+  float d = load_f16(b), dmin = load_f16(b + 2);
   const uint8_t* scales = b + 4;
   const uint8_t* qs = b + 16;
   for (int i = 0; i < 8; ++i) {
@@ -179,7 +173,7 @@ void block_q4_k(const uint8_t* b, float* y) {
 // Q5_K: as Q4_K plus 32 bytes qh after the scales; bit i of qh[l] is the fifth bit of element
 // l of sub-block i.
 void block_q5_k(const uint8_t* b, float* y) {
-  float d = f16_at(b), dmin = f16_at(b + 2);
+  float d = load_f16(b), dmin = load_f16(b + 2);
   const uint8_t* scales = b + 4;
   const uint8_t* qh = b + 16;
   const uint8_t* qs = b + 48;
@@ -204,7 +198,7 @@ void block_q6_k(const uint8_t* b, float* y) {
   const uint8_t* ql = b;
   const uint8_t* qh = b + 128;
   const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
-  float d = f16_at(b + 208);
+  float d = load_f16(b + 208);
   for (int i = 0; i < 16; ++i) {
     float dl = d * static_cast<float>(sc[i]);
     for (int k = 0; k < 16; ++k) {
@@ -283,14 +277,10 @@ Status dequantize_ggml(uint32_t type_id, std::span<const uint8_t> src, int64_t n
       if (n > 0) std::memcpy(y, p, static_cast<size_t>(n) * 4);
       return ok_status();
     case GgmlType::kF16:
-      for (int64_t i = 0; i < n; ++i) y[i] = f16_at(p + 2 * i);
+      for (int64_t i = 0; i < n; ++i) y[i] = load_f16(p + 2 * i);
       return ok_status();
     case GgmlType::kBF16:
-      for (int64_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, p + 2 * i, 2);
-        y[i] = bf16_to_f32(h);
-      }
+      for (int64_t i = 0; i < n; ++i) y[i] = load_bf16(p + 2 * i);
       return ok_status();
     default:
       break;

@@ -53,23 +53,6 @@ inline float mul_f32(float a, float b) {
   return p;
 }
 
-float load_scale(DType t, const uint8_t* p) {
-  uint16_t h;
-  switch (t) {
-    case DType::kF32: {
-      float f;
-      std::memcpy(&f, p, 4);
-      return f;
-    }
-    case DType::kF16:
-      std::memcpy(&h, p, 2);
-      return f16_to_f32(h);
-    default:  // kBF16
-      std::memcpy(&h, p, 2);
-      return bf16_to_f32(h);
-  }
-}
-
 // ŵ = s*q + b in the scales dtype T, rounded as MLX does: round(round(s*q) + b).
 template <DType T>
 inline float affine_value(float s, float q, float b) {
@@ -206,8 +189,8 @@ Status dequantize_mlx(const QuantSpec& spec, int64_t rows, int64_t cols,
       float* o = out.data() + r * cols + j * g;
       unpack_codes(row, j * g, g, spec.bits, codes);
       if (has_biases) {
-        float s = load_scale(scale_dtype, scales.data() + idx * ssize);
-        float b = load_scale(scale_dtype, biases.data() + idx * ssize);
+        float s = load_float(scale_dtype, scales.data() + idx * ssize);
+        float b = load_float(scale_dtype, biases.data() + idx * ssize);
         if (scale_dtype == DType::kF32) {
           affine_group<DType::kF32>(codes, g, spec.bits, s, b, o);
         } else if (scale_dtype == DType::kBF16) {

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "base/utf8.h"
 #include "formats/ggml_blocks.h"
 
 namespace tq {
@@ -43,38 +44,6 @@ uint64_t min_encoded_size(GgufType t) {
 bool is_fixed_size(GgufType t) { return t != GgufType::kString && t != GgufType::kArray; }
 
 bool valid_type(uint32_t t) { return t <= static_cast<uint32_t>(GgufType::kF64); }
-
-bool valid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  size_t i = 0;
-  while (i < s.size()) {
-    unsigned c = p[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t extra;
-    uint32_t cp;
-    if ((c >> 5) == 0x6) {
-      extra = 1, cp = c & 0x1F;
-    } else if ((c >> 4) == 0xE) {
-      extra = 2, cp = c & 0x0F;
-    } else if ((c >> 3) == 0x1E) {
-      extra = 3, cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (extra >= s.size() - i) return false;
-    for (size_t k = 1; k <= extra; ++k) {
-      if ((p[i + k] & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (p[i + k] & 0x3F);
-    }
-    static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[extra] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    i += extra + 1;
-  }
-  return true;
-}
 
 }  // namespace
 
@@ -274,7 +243,7 @@ Result<GgufValue> GgufParser::value(GgufType t, std::string_view key, int depth)
 Status GgufParser::tensor_info(GgufFile& f) {
   GgufTensorInfo t;
   TQ_TRY(t.name, str("tensor name"));
-  if (!valid_utf8(t.name)) return err("{}: tensor name at offset {} is not UTF-8", path_, pos_);
+  if (!is_valid_utf8(t.name)) return err("{}: tensor name at offset {} is not UTF-8", path_, pos_);
   TQ_TRY(uint32_t n_dims, u32(fmt::format("dimension count of tensor '{}'", t.name)));
   if (n_dims > kMaxDims)
     return err("{}: tensor '{}' has {} dimensions (at most {})", path_, t.name, n_dims, kMaxDims);
@@ -334,7 +303,7 @@ Result<GgufFile> GgufParser::run() {
   f.kvs_.reserve(n_kv);
   for (uint64_t k = 0; k < n_kv; ++k) {
     TQ_TRY(auto key, str(fmt::format("metadata key {}", k)));
-    if (key.empty() || !valid_utf8(key))
+    if (key.empty() || !is_valid_utf8(key))
       return err("{}: metadata key {} is empty or not UTF-8", path_, k);
     if (f.kv_index_.count(key)) return err("{}: metadata key '{}' appears twice", path_, key);
     TQ_TRY(uint32_t type, u32(fmt::format("type of '{}'", key)));

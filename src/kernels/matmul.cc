@@ -25,7 +25,7 @@ bool generic_core(std::string_view c) {
 }
 
 // OpenBLAS 0.3.21 (Debian 12) does not know recent Xeons (e.g. family 6 model 0xCF) and falls
-// back to its Prescott SSE3 kernels: GEMM 4-5x slower. When it did that on a CPU with AVX2 or
+// back to its Prescott SSE3 kernels, several times slower. When it did that on a CPU with AVX2 or
 // AVX-512 and the user set no OPENBLAS_CORETYPE, pick the kernels again by CPU features.
 // Runs before main (after OpenBLAS's own constructor), before any BLAS call.
 __attribute__((constructor)) void fix_openblas_coretype() {

@@ -118,12 +118,7 @@ inline float DotF(const float* a, const float* b, int64_t n) {
 // f32 and bf16 scales and biases are read where they lie (S = float, or uint16_t for bf16
 // bits); f16 ones are converted to f32 per strip first.
 inline float ScaleAt(const float* p, int64_t g) { return p[g]; }
-inline float ScaleAt(const uint16_t* p, int64_t g) {
-  const uint32_t bits = uint32_t{p[g]} << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+inline float ScaleAt(const uint16_t* p, int64_t g) { return bf16_to_f32(p[g]); }
 
 // Σ bf16 a[i] · b[i] (the bias terms of bf16 biases), in vectors with a scalar tail.
 inline float DotF(const uint16_t* a, const float* b, int64_t n) {
@@ -155,15 +150,12 @@ inline __m128 Load2(const float* p) {
 // Decode reads each weight once, from DRAM on a model larger than the caches, and the hardware
 // prefetcher alone falls behind. The kernels request the same chunk PrefetchDistance() bytes
 // further on with every load: spread over the compute, no burst that stalls on full fill
-// buffers (a burst of a strip's lines before each strip reached 11 GB/s where this reaches
-// 17; Llama-1B 4-bit decode 18 -> 24 tok/s). An asm statement: GCC 12 deletes _mm_prefetch
-// loops.
+// buffers. An asm statement: GCC 12 deletes _mm_prefetch loops.
 inline void Prefetch(const uint8_t* p) { asm volatile("prefetcht0 %0" : : "m"(*p)); }
 
 // Adjacent strips: at least the 4 rows one step reads, at least 8 KB ahead. Parts of a range
 // are one stream each, so a short distance per part: the A rows a strip takes from it,
-// at least 2 KB (Llama-1B decode per token, alternated in one process: 4-bit 2-4% faster than
-// 4 KB and 4-5% than 8 KB, 8-bit 2% and 3%; none at all 20% slower).
+// at least 2 KB (the distances measured are in bench/README.md).
 inline int64_t PrefetchDistance(const PackedMatrix& w, const StripPlan& plan) {
   const int64_t rb = w.row_bytes();
   if (plan.S > 1) return std::max<int64_t>(plan.A, 2048 / rb) * rb;
@@ -265,8 +257,7 @@ HWY_INLINE __m512 ChunkScales(const S* si, int64_t c, int cshift) {
 // The 128-code chunks of R rows (AVX-512): u[i] gets row i's Σ per lane. kG: the group size when
 // 32 or 64, else 0 (one scale per chunk). kPf: each load requests the same line pf bytes (whole
 // rows) further on, so every line is requested one row group ahead. A linear stream over the
-// next group's bytes instead gave its last rows' first lines a fraction of that lead (8-bit
-// Llama-1B decode 17.7 -> 16.0 tok/s).
+// next group's bytes instead gave its last rows' first lines a fraction of that lead.
 template <int R, int kG, bool kPf, bool kFp4, typename S>
 inline void Q4Chunks(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
                      const int8_t* q4, const int8_t* r4, const float* dv, int64_t pf, __m512* u) {
@@ -528,7 +519,7 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
     const int nseg = plan.segments(k, seg0, seg_n);
     int m = 0;
     // f32 and bf16 scales are read where they lie (bf16 widened by the kernels' permutation:
-    // converting each strip's cost Llama-1B decode ~4-7%, bench/ab.sh), f16 ones converted here.
+    // converting each strip cost decode time), f16 ones converted here.
     // mxfp4/nvfp4 scales (E8M0/E4M3 bytes) are converted here too.
     const bool bf16 = affine && w.scale_dtype == DType::kBF16;
     const bool direct = bf16 || (affine && w.scale_dtype == DType::kF32);
@@ -624,8 +615,8 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
         for (int i = 0; i < kR; ++i) yt[idx[j + i]] = out[i];
       };
       int j = 0;
-      // 4-bit: eight rows at a time (a third faster on SmolLM2's 576-column rows, whose fixed
-      // cost per row is large; 8-bit codes with eight rows ran 25% slower).
+      // 4-bit: eight rows at a time (SmolLM2's 576-column rows have a large fixed cost per row;
+      // 8-bit codes ran slower with eight).
       if (w.bits <= 6 && m == 8) rows.template operator()<8>(0), j = 8;
       for (; j + 4 <= m; j += 4) rows.template operator()<4>(j);
       for (; j < m; ++j) rows.template operator()<1>(j);

@@ -10,22 +10,6 @@ namespace tq {
 
 namespace {
 
-float load_scalar(DType t, const uint8_t* p) {
-  uint16_t h;
-  float f;
-  switch (t) {
-    case DType::kF32:
-      std::memcpy(&f, p, 4);
-      return f;
-    case DType::kF16:
-      std::memcpy(&h, p, 2);
-      return f16_to_f32(h);
-    default:  // kBF16
-      std::memcpy(&h, p, 2);
-      return bf16_to_f32(h);
-  }
-}
-
 Status check_size(std::string_view what, std::span<const uint8_t> s, int64_t rows, int64_t per_row,
                   const std::string& name) {
   int64_t n = 0;
@@ -144,11 +128,11 @@ float packed_weight(const PackedMatrix& w, int64_t r, int64_t k) {
   const uint8_t* row = w.data + r * w.row_bytes();
   switch (w.format) {
     case WeightFormat::kF32:
-      return load_scalar(DType::kF32, row + 4 * k);
+      return load_f32(row + 4 * k);
     case WeightFormat::kF16:
-      return load_scalar(DType::kF16, row + 2 * k);
+      return load_f16(row + 2 * k);
     case WeightFormat::kBF16:
-      return load_scalar(DType::kBF16, row + 2 * k);
+      return load_bf16(row + 2 * k);
     default:
       break;
   }
@@ -157,8 +141,8 @@ float packed_weight(const PackedMatrix& w, int64_t r, int64_t k) {
   switch (w.format) {
     case WeightFormat::kAffine: {
       const size_t es = dtype_size(w.scale_dtype);
-      float s = load_scalar(w.scale_dtype, w.scales + gi * es);
-      float b = load_scalar(w.scale_dtype, w.biases + gi * es);
+      float s = load_float(w.scale_dtype, w.scales + gi * es);
+      float b = load_float(w.scale_dtype, w.biases + gi * es);
       return s * static_cast<float>(q) + b;
     }
     case WeightFormat::kMxfp4:

@@ -46,14 +46,7 @@ std::string weight_format_str(const PackedMatrix& w);
 
 // Entry i of an affine scale or bias array of dtype t (F32, F16 or BF16), as f32.
 inline float scale_at(DType t, const uint8_t* base, int64_t i) {
-  if (t == DType::kF32) {
-    float f;
-    std::memcpy(&f, base + 4 * i, 4);
-    return f;
-  }
-  uint16_t h;
-  std::memcpy(&h, base + 2 * i, 2);
-  return t == DType::kF16 ? f16_to_f32(h) : bf16_to_f32(h);
+  return load_float(t, base + (t == DType::kF32 ? 4 : 2) * i);
 }
 
 // One weight of the matrix as the kernels compute with it (affine: s*q + b in f32; fp modes:

@@ -17,8 +17,7 @@ struct StripPlan {
   // With parts, a strip is one kernel step's rows (8 below 8 bits, 4 at 8-bit) from S equal
   // parts of [r0, r1), A adjacent rows (at most kStripPartBytes of codes) from each: a core keeps
   // more misses in flight over several distant streams than over one run of adjacent rows
-  // (Llama-1B 4-bit decode 20.4 -> 25.1 tok/s with four parts of two 1 KB rows; eight parts of
-  // one row ran ~10% slower). Otherwise a strip is R adjacent rows.
+  // (bench/README.md, "What moved it"). Otherwise a strip is R adjacent rows.
   StripPlan(const PackedMatrix& w, int64_t r0, int64_t r1, bool parts) : r0(r0), r1(r1) {
     R = w.bits <= 6 || !parts ? 8 : 4;
     A = R;

@@ -22,26 +22,9 @@ namespace tq {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-float DotImpl(const float* a, const float* b, int64_t n) {
-  const hn::ScalableTag<float> df;
-  const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  auto s0 = hn::Zero(df), s1 = s0;
-  int64_t i = 0;
-  for (; i + 2 * N <= n; i += 2 * N) {
-    s0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), s0);
-    s1 = hn::MulAdd(hn::LoadU(df, a + i + N), hn::LoadU(df, b + i + N), s1);
-  }
-  for (; i + N <= n; i += N) s0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), s0);
-  float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1)));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
-}
-
-// Σ x[i], the read of a streaming-bandwidth measure, as the decode kernels read a
-// model: four distant parts of x at once (one stream each; a core keeps more misses in flight
-// over several streams: a single one read ~20-30% less), each load requesting the bytes 2 KB
-// further on (without, one core's demand misses alone reach ~20% less; 8 KB read ~2% less).
-// Then the tail.
+// Σ x[i], the read of a streaming-bandwidth measure, as the decode kernels read a model: four
+// distant parts of x at once (a core keeps more misses in flight over several streams), each
+// load requesting the bytes 2 KB further on. Then the tail.
 float StreamSumImpl(const float* x, int64_t n) {
   const hn::ScalableTag<float> df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
@@ -173,8 +156,7 @@ void RmsNormImpl(const float* x, const float* w, int64_t rows, int64_t d, float 
 }
 
 // row[j] = exp(row[j] - m) for j < len, in vectors (Highway's Exp); returns their sum. Terms
-// below e^-87 become 0 instead of subnormals: a product with a subnormal takes a microcode assist
-// (the value pass of a 512-token Llama-1B prefill ran ~20x slower per FMA than the score pass),
+// below e^-87 become 0 instead of subnormals: a product with a subnormal takes a microcode assist,
 // and they weigh less than 2^-125 of the maximum's term.
 float ExpSum(float* row, int64_t len, float m) {
   const DF df;
@@ -209,7 +191,7 @@ float RowMax(const float* row, int64_t len) {
 }
 
 // The shapes below are template parameters so that the accumulators stay in registers (with
-// run-time bounds GCC kept them on the stack: 3x slower).
+// run-time bounds GCC kept them on the stack).
 
 // out_i = norm_i · Σ_{j < jn} p[i * pld + j] · v_j over NV vectors of the rows, NH rows of
 // weights: each V row is loaded once for all of them.
@@ -413,7 +395,6 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace tq {
 
-HWY_EXPORT(DotImpl);
 HWY_EXPORT(StreamSumImpl);
 HWY_EXPORT(SiluMulImpl);
 HWY_EXPORT(RmsNormImpl);
@@ -423,10 +404,6 @@ HWY_EXPORT(AttendPartialF32);
 HWY_EXPORT(AttendPartialF16);
 HWY_EXPORT(AttendBlockF32);
 HWY_EXPORT(AttendBlockF16);
-
-float dot_f32(const float* a, const float* b, int64_t n) {
-  return HWY_DYNAMIC_DISPATCH(DotImpl)(a, b, n);
-}
 
 void rms_norm_simd(const float* x, const float* w, int64_t rows, int64_t d, float eps, float* out) {
   HWY_DYNAMIC_DISPATCH(RmsNormImpl)(x, w, rows, d, eps, out);

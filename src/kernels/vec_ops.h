@@ -10,7 +10,6 @@
 
 namespace tq {
 
-float dot_f32(const float* a, const float* b, int64_t n);  // Σ a[i]·b[i]
 // Σ x[i] read as four streams over distant parts of x (software prefetch ahead), as the
 // decode kernels read a model from DRAM: the bandwidth measure of `tq bench`.
 float stream_sum_f32(const float* x, int64_t n);

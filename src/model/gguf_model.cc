@@ -107,17 +107,6 @@ DType stored_dtype_of(const GgufTensorInfo& t) {
   return DType::kF16;  // F16, and the f16 scales of every ggml block type
 }
 
-std::string_view torch_dtype_name(DType d) {
-  switch (d) {
-    case DType::kBF16:
-      return "bfloat16";
-    case DType::kF16:
-      return "float16";
-    default:
-      return "float32";
-  }
-}
-
 // llama.cpp stores Llama-3 rope scaling as per-frequency divisors (rope_freqs.weight). Recover
 // the HF rope_scaling by matching them against the llama3 rule with the usual parameters.
 Result<nlohmann::json> llama3_rope_scaling(const GgufFile& f, const GgufTensorInfo& t, double theta,
@@ -243,7 +232,7 @@ Result<nlohmann::json> gguf_hf_config(const GgufFile& f, DType dtype) {
   c["vocab_size"] = g.vocab;
   c["tie_word_embeddings"] = g.tied;
   c["hidden_act"] = "silu";
-  c["torch_dtype"] = torch_dtype_name(dtype);
+  c["torch_dtype"] = dtype_torch_name(dtype);
 
   TQ_TRY(auto ffn, f.get_int(p + "feed_forward_length"));
   if (!ffn) {

@@ -43,9 +43,4 @@ std::vector<double> HessianAccumulator::hessian() const {
   return h;
 }
 
-void HessianAccumulator::restore(std::vector<double> sum, int64_t n) {
-  sum_ = std::move(sum);
-  n_ = n;
-}
-
 }  // namespace tq

@@ -28,9 +28,6 @@ class HessianAccumulator {
   int64_t samples() const { return n_; }
   // The full symmetric H = (2/n)·Σ x xᵀ, [cols, cols] row-major (all zero when n = 0).
   std::vector<double> hessian() const;
-  // Raw state for checkpoints: the upper triangle of Σ x xᵀ (row-major [cols, cols]) and n.
-  const std::vector<double>& sum() const { return sum_; }
-  void restore(std::vector<double> sum, int64_t n);
 
  private:
   int64_t cols_;

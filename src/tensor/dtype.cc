@@ -39,6 +39,10 @@ std::optional<DType> dtype_from_name(std::string_view name) {
   return std::nullopt;
 }
 
+std::string_view dtype_torch_name(DType t) {
+  return t == DType::kBF16 ? "bfloat16" : t == DType::kF16 ? "float16" : "float32";
+}
+
 size_t dtype_size(DType t) { return kDTypes[static_cast<size_t>(t)].size; }
 
 bool dtype_is_float(DType t) {

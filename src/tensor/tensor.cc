@@ -18,18 +18,10 @@ void convert_to_f32(DType src, std::span<const uint8_t> bytes, std::span<float> 
       std::memcpy(out.data(), bytes.data(), n * 4);
       return;
     case DType::kF16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, bytes.data() + 2 * i, 2);
-        out[i] = f16_to_f32(h);
-      }
+      for (size_t i = 0; i < n; ++i) out[i] = load_f16(bytes.data() + 2 * i);
       return;
     case DType::kBF16:
-      for (size_t i = 0; i < n; ++i) {
-        uint16_t h;
-        std::memcpy(&h, bytes.data() + 2 * i, 2);
-        out[i] = bf16_to_f32(h);
-      }
+      for (size_t i = 0; i < n; ++i) out[i] = load_bf16(bytes.data() + 2 * i);
       return;
     case DType::kF64:
       for (size_t i = 0; i < n; ++i) {

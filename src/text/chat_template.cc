@@ -1,7 +1,7 @@
 #include "text/chat_template.h"
 
-#include "text/jinja_eval.h"
-#include "text/jinja_parser.h"
+#include "text/jinja/eval.h"
+#include "text/jinja/parser.h"
 
 namespace tq {
 

@@ -1,6 +1,6 @@
 // Chat templates (tokenizer_config.json "chat_template", GGUF tokenizer.chat_template)
 // rendered as transformers' apply_chat_template(messages, tokenize=False) renders them, by a
-// Jinja2 subset interpreter (text/jinja_*.h). Covers the templates of SmolLM2, Llama-3/3.1/
+// Jinja2 subset interpreter (text/jinja/). Covers the templates of SmolLM2, Llama-3/3.1/
 // 3.2/3.3, Qwen2.5 and Qwen3; constructs outside the subset are named in the error.
 #pragma once
 

@@ -6,9 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "text/jinja_eval.h"
-#include "text/jinja_parser.h"
-#include "text/jinja_value.h"
+#include "text/jinja/eval.h"
+#include "text/jinja/parser.h"
+#include "text/jinja/value.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace tq::jinja;

@@ -11,9 +11,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/utf8.h"
 #include "text/pre_tokenizer.h"
 #include "text/tokenizer.h"
-#include "text/unicode.h"
 
 namespace {
 
@@ -129,7 +129,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const Fixture f;
   if (size == 0) return 0;
   std::string_view text(reinterpret_cast<const char*>(data) + 1, size - 1);
-  std::string valid = tq::text::utf8_lossy(text);
+  std::string valid = tq::utf8_lossy(text);
   switch (data[0] % 3) {
     case 0: {  // byte-level, no normalizer: lossless
       auto ids = f.byte_level.encode(text, true);

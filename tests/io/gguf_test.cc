@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 
+#include "../testing/assets.h"
 #include "../testing/gguf_builder.h"
 
 namespace tq {
@@ -262,10 +263,8 @@ TEST(Gguf, OpenReadsFromDiskAndNamesTheFile) {
 
 // The real asset, when present: the container parses and every tensor lies in the file.
 TEST(Gguf, ParsesSmolLM2Asset) {
-  const char* cache = std::getenv("TQ_CACHE");
-  std::string base = cache ? cache : std::string(std::getenv("HOME")) + "/.cache/turboquant";
-  std::string path = base + "/models/SmolLM2-135M-Instruct.Q4_1.gguf";
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << "asset missing: " << path;
+  std::string path = testing::asset_path("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  TQ_REQUIRE_ASSET(path);
   auto r = GgufFile::open(path);
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ(r->version(), 3u);

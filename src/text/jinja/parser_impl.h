@@ -1,5 +1,5 @@
-// The parser's class, shared by jinja_parser.cc (statements) and jinja_parse_expr.cc
-// (expressions). Internal to the text layer.
+// The parser's class, shared by parser.cc (statements) and parse_expr.cc (expressions).
+// Internal to the interpreter.
 #pragma once
 
 #include <initializer_list>
@@ -7,8 +7,8 @@
 #include <string_view>
 #include <vector>
 
-#include "text/jinja_ast.h"
-#include "text/jinja_lexer.h"
+#include "text/jinja/ast.h"
+#include "text/jinja/lexer.h"
 
 namespace tq::jinja {
 

@@ -1,8 +1,8 @@
-#include "text/jinja_eval.h"
+#include "text/jinja/eval.h"
 
 #include <unordered_map>
 
-#include "text/jinja_builtins.h"
+#include "text/jinja/builtins.h"
 
 namespace tq::jinja {
 namespace {

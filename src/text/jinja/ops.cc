@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "text/jinja_builtins.h"
+#include "text/jinja/builtins.h"
 
 namespace tq::jinja {
 namespace {

@@ -1,8 +1,9 @@
-#include "text/jinja_lexer.h"
+#include "text/jinja/lexer.h"
 
 #include <algorithm>
 
-#include "text/jinja_value.h"
+#include "base/utf8.h"
+#include "text/jinja/value.h"
 
 namespace tq::jinja {
 namespace {
@@ -14,7 +15,7 @@ bool is_name_char(char c) { return is_name_start(c) || is_digit(c); }
 // Python's str.isspace() on the code point at s[p]; its byte length in *len.
 bool space_at(std::string_view s, size_t p, size_t* len) {
   size_t q = p;
-  char32_t c = decode_cp(s, q);
+  char32_t c = next_code_point_lossy(s, q);
   *len = q - p;
   return is_py_space(c);
 }
@@ -366,7 +367,7 @@ class Lexer {
           }
           if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
             return fail(k - 2, "escape \\{} names an invalid code point", e);
-          append_cp(out, cp);
+          append_utf8(out, cp);
           k += n;
           break;
         }
@@ -377,7 +378,7 @@ class Lexer {
             uint32_t cp = static_cast<uint32_t>(e - '0');
             for (int j = 0; j < 2 && k < src_.size() && src_[k] >= '0' && src_[k] <= '7'; ++j)
               cp = cp * 8 + static_cast<uint32_t>(src_[k++] - '0');
-            append_cp(out, cp);
+            append_utf8(out, cp);
           } else {
             out += '\\';
             out += e;

@@ -1,7 +1,7 @@
 #include <initializer_list>
 
-#include "text/jinja_parser.h"
-#include "text/jinja_parser_impl.h"
+#include "text/jinja/parser.h"
+#include "text/jinja/parser_impl.h"
 
 namespace tq::jinja {
 

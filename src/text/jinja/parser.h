@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "base/result.h"
-#include "text/jinja_ast.h"
+#include "text/jinja/ast.h"
 
 namespace tq::jinja {
 

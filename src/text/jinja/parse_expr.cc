@@ -1,6 +1,6 @@
 // Expressions with jinja2's precedence, lowest first: conditional, or, and, not, comparisons
 // (chained, in, not in), + -, ~, * / // %, **, unary - +, then filters, tests and calls.
-#include "text/jinja_parser_impl.h"
+#include "text/jinja/parser_impl.h"
 
 namespace tq::jinja {
 

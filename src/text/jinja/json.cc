@@ -2,7 +2,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "text/jinja_value.h"
+#include "base/utf8.h"
+#include "text/jinja/value.h"
 
 namespace tq::jinja {
 
@@ -11,7 +12,7 @@ namespace {
 void append_json_string(std::string& out, std::string_view s, bool ensure_ascii) {
   out += '"';
   for (size_t i = 0; i < s.size();) {
-    char32_t c = decode_cp(s, i);
+    char32_t c = next_code_point_lossy(s, i);
     switch (c) {
       case '"':
         out += "\\\"";
@@ -43,7 +44,7 @@ void append_json_string(std::string& out, std::string_view s, bool ensure_ascii)
             out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
           }
         } else {
-          append_cp(out, c);
+          append_utf8(out, c);
         }
     }
   }

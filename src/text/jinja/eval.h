@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "base/result.h"
-#include "text/jinja_ast.h"
+#include "text/jinja/ast.h"
 
 namespace tq::jinja {
 

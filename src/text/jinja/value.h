@@ -128,10 +128,7 @@ Result<std::string> to_json_text(const Value& v, const JsonDumpOptions& opt);
 Result<Value> from_json(const nlohmann::json& j);
 Result<Value> from_json(const nlohmann::ordered_json& j);
 
-// UTF-8 helpers on code points (Python strings index code points).
-// Decodes the code point at s[i] and advances i; a stray or truncated byte is one U+FFFD.
-char32_t decode_cp(std::string_view s, size_t& i);
-void append_cp(std::string& out, char32_t cp);
+// Python strings index code points; a stray or truncated byte is one U+FFFD (base/utf8.h).
 size_t cp_count(std::string_view s);
 std::vector<std::string> cp_split(std::string_view s);  // one string per code point
 bool is_py_space(char32_t c);                           // str.isspace()

@@ -1,7 +1,7 @@
 // Python/Jinja semantics the renderer calls into: operators, attribute and item access,
-// dict methods (jinja_ops.cc), str methods (jinja_str_methods.cc), filters, tests and globals
-// (jinja_filters.cc). Errors carry no location; the renderer prefixes the expression's line and
-// column.
+// dict methods (ops.cc), str methods (str_methods.cc), filters (filters.cc), tests (is_tests.cc)
+// and globals (globals.cc).
+// Errors carry no location; the renderer prefixes the expression's line and column.
 #pragma once
 
 #include <string>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "base/result.h"
-#include "text/jinja_value.h"
+#include "text/jinja/value.h"
 
 namespace tq::jinja {
 
@@ -32,6 +32,7 @@ Result<ValueList> iterate(const Value& v);
 Error undefined_error(const Value& v);
 
 Result<Value> call_filter(std::string_view name, const Value& v, CallArgs& args);
+std::vector<std::string_view> filter_names();  // every filter call_filter implements
 Result<bool> call_test(std::string_view name, const Value& v, CallArgs& args);
 void add_globals(std::unordered_map<std::string, Value>& frame);
 
@@ -39,5 +40,6 @@ void add_globals(std::unordered_map<std::string, Value>& frame);
 bool is_str_method(std::string_view name);  // a name Python's str has
 std::string py_strip(std::string_view s, const Value* chars, bool left, bool right);
 Result<Value> call_str_method(const std::string& s, std::string_view name, CallArgs& args);
+std::vector<std::string_view> str_method_names();  // every method call_str_method implements
 
 }  // namespace tq::jinja
