@@ -17,10 +17,10 @@
 #include "convert/convert.h"
 #include "convert/convert_db.h"
 #include "convert/fold_float.h"
-#include "convert/rtn_quantizer.h"
+#include "convert/sensitivity_run.h"
 #include "eval/results_db.h"
 #include "io/staging_dir.h"
-#include "recipe/sensitivity_run.h"
+#include "quant/rtn_quantizer.h"
 #include "rotate/rotation.h"
 #include "rotate/rotation_transform.h"
 

@@ -7,10 +7,10 @@
 #include <set>
 
 #include "../testing/test_files.h"
-#include "convert/rtn_quantizer.h"
 #include "formats/mlx_quant.h"
 #include "io/staging_dir.h"
 #include "model/tensor_table.h"
+#include "quant/rtn_quantizer.h"
 
 namespace tq {
 namespace {
