@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/byte_size.h"
 #include "base/sha256.h"
 #include "model/model_tokenizer.h"
 #include "quant/calib.h"
@@ -13,24 +14,6 @@ namespace tq::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-// "2GiB", "500MB", "0", "123456" -> bytes.
-Result<int64_t> parse_bytes(const std::string& flag, const std::string& s) {
-  size_t pos = 0;
-  double v = -1;
-  try {
-    v = std::stod(s, &pos);
-  } catch (...) {
-  }
-  const std::string unit = s.substr(std::min(pos, s.size()));
-  const std::pair<const char*, double> units[] = {
-      {"", 1},       {"B", 1},         {"KB", 1e3},        {"MB", 1e6},
-      {"GB", 1e9},   {"KiB", 1024.0},  {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-      {"K", 1024.0}, {"M", 1048576.0}, {"G", 1073741824.0}};
-  for (const auto& [name, mult] : units)
-    if (unit == name && v >= 0 && v * mult < 9e18) return static_cast<int64_t>(v * mult);
-  return err("{} '{}': expected a size such as 2GiB, 500MB or 0", flag, s);
-}
 
 void print_progress(const GptqProgress& p) {
   const GptqResult& r = *p.result;
@@ -80,6 +63,9 @@ nlohmann::json gptq_options_record(const GptqArgs& a) {
 }
 
 Result<GptqSetup> make_gptq(const GptqArgs& a, const ConvertJob& job, const ConvertOptions& o) {
+  GptqDriverOptions d;
+  TQ_TRY(const uint64_t calib_memory, parse_byte_size(a.max_calib_memory, "--max-calib-memory"));
+  d.max_calib_memory = static_cast<int64_t>(calib_memory);
   TQ_TRY(Tokenizer tok, load_model_tokenizer(job.source));
   CalibOptions co;
   co.files = a.calib;
@@ -113,11 +99,9 @@ Result<GptqSetup> make_gptq(const GptqArgs& a, const ConvertJob& job, const Conv
                    static_cast<long long>(ov.shared_windows),
                    static_cast<long long>(ov.eval_windows), a.eval_text.c_str());
   }
-  GptqDriverOptions d;
   d.gptq.block = a.block;
   d.gptq.damp = a.damp;
   d.gptq.act_order = a.act_order;
-  TQ_TRY(d.max_calib_memory, parse_bytes("--max-calib-memory", a.max_calib_memory));
   // The fingerprint: source config, plan, dtype, GPTQ options and the calibration rows.
   Sha256 fp;
   fp.update(job.source.path);
