@@ -5,7 +5,7 @@
 #include <fstream>
 
 #include "base/byte_size.h"
-#include "base/sha256.h"
+#include "convert/gptq_resume.h"
 #include "model/model_tokenizer.h"
 #include "quant/calib.h"
 
@@ -52,14 +52,29 @@ void add_gptq_flags(CLI::App& app, GptqArgs* a) {
                "continue a killed --gptq run from its checkpoint (same source and options)");
 }
 
+namespace {
+
+CalibOptions calib_options(const GptqArgs& a) {
+  CalibOptions co;
+  co.files = a.calib;
+  co.tokens = a.calib_tokens;
+  co.seq_len = a.calib_seq_len;
+  co.seed = a.calib_seed;
+  return co;
+}
+
+GptqOptions gptq_options(const GptqArgs& a) {
+  GptqOptions g;
+  g.block = a.block;
+  g.damp = a.damp;
+  g.act_order = a.act_order;
+  return g;
+}
+
+}  // namespace
+
 nlohmann::json gptq_options_record(const GptqArgs& a) {
-  return {{"calib", a.calib},
-          {"calib_tokens", a.calib_tokens},
-          {"calib_seq_len", a.calib_seq_len},
-          {"calib_seed", a.calib_seed},
-          {"gptq_block", a.block},
-          {"damp", a.damp},
-          {"act_order", a.act_order}};
+  return tq::gptq_options_record(calib_options(a), gptq_options(a));
 }
 
 Result<GptqSetup> make_gptq(const GptqArgs& a, const ConvertJob& job, const ConvertOptions& o) {
@@ -67,11 +82,7 @@ Result<GptqSetup> make_gptq(const GptqArgs& a, const ConvertJob& job, const Conv
   TQ_TRY(const uint64_t calib_memory, parse_byte_size(a.max_calib_memory, "--max-calib-memory"));
   d.max_calib_memory = static_cast<int64_t>(calib_memory);
   TQ_TRY(Tokenizer tok, load_model_tokenizer(job.source));
-  CalibOptions co;
-  co.files = a.calib;
-  co.tokens = a.calib_tokens;
-  co.seq_len = a.calib_seq_len;
-  co.seed = a.calib_seed;
+  const CalibOptions co = calib_options(a);
   TQ_TRY(CalibSet calib, build_calib_set(tok, co));
   std::fprintf(stderr,
                "tq convert: gptq calibration %lld rows x %lld tokens from %zu file(s), "
@@ -99,18 +110,8 @@ Result<GptqSetup> make_gptq(const GptqArgs& a, const ConvertJob& job, const Conv
                    static_cast<long long>(ov.shared_windows),
                    static_cast<long long>(ov.eval_windows), a.eval_text.c_str());
   }
-  d.gptq.block = a.block;
-  d.gptq.damp = a.damp;
-  d.gptq.act_order = a.act_order;
-  // The fingerprint: source config, plan, dtype, GPTQ options and the calibration rows.
-  Sha256 fp;
-  fp.update(job.source.path);
-  fp.update(job.config.dump());
-  fp.update(job.plan.modules_json().dump());
-  fp.update(dtype_name(job.plan.dtype));
-  fp.update(gptq_options_record(a).dump());
-  fp.update(calib.sha256);
-  d.fingerprint = fp.hex_digest();
+  d.gptq = gptq_options(a);
+  d.fingerprint = gptq_resume_fingerprint(job, co, d.gptq, calib.sha256);
   GptqSetup s;
   s.checkpoint_dir = a.checkpoint.empty() ? o.dest + ".gptq-checkpoint" : a.checkpoint;
   std::error_code ec;
