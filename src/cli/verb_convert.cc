@@ -12,6 +12,7 @@
 
 #include "base/byte_size.h"
 #include "cli/convert_gptq.h"
+#include "cli/db_flags.h"
 #include "cli/sensitivity_progress.h"
 #include "cli/verb.h"
 #include "convert/allocate_convert.h"
@@ -37,8 +38,9 @@ struct ConvertArgs {
   std::vector<std::string> keep_float;
   bool dry_run = false, force = false, json = false, no_timings = false;
   std::optional<double> target_bpw;
-  std::string target_size, sensitivity, db;
-  bool allow_over = false, no_db = false;
+  std::string target_size, sensitivity;
+  bool allow_over = false;
+  DbFlags db;
   GptqArgs gptq;
   bool no_quantize = false;
   // --rotate-weights and its options
@@ -292,9 +294,10 @@ Status run_convert_verb(const ConvertArgs& a) {
     std::printf("%s\n", j.dump(2).c_str());
   }
   std::fprintf(stderr, "tq convert: wrote %s in %.1f s\n", a.out.c_str(), s.seconds);
-  if (!a.no_db) {
+  if (!a.db.off) {
     // The artifact is published: a database problem is a warning, not a failed conversion.
-    Status st = record_convert_run(a.db, job, s, allocation);
+    Result<eval::RunRecord> rec = convert_run_record(job, s, allocation);
+    Status st = rec.ok() ? record_run(a.db, *rec) : Status(rec.error());
     if (!st.ok())
       std::fprintf(stderr, "tq convert: warning: not recorded in the results database: %s\n",
                    st.error().message.c_str());
@@ -342,9 +345,7 @@ const bool kRegistered = register_verb({
           "sensitivity's defaults and kept under $XDG_DATA_HOME/turboquant/sensitivity)");
       app.add_flag("--allow-over", a->allow_over,
                    "the allocation may exceed the target by up to 0.02 bpw");
-      app.add_option("--db", a->db,
-                     "Results database (default: $XDG_DATA_HOME/turboquant/results.sqlite)");
-      app.add_flag("--no-db", a->no_db, "Do not record the artifact in the results database");
+      add_db_flags(app, &a->db, "artifact");
       app.add_flag("--no-timings", a->no_timings,
                    "leave timings out of tq_metadata.json (byte-identical reruns)");
       add_gptq_flags(app, &a->gptq);
