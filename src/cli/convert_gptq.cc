@@ -4,7 +4,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "base/sha256.h"
+#include "base/byte_size.h"
+#include "convert/gptq_resume.h"
 #include "model/model_tokenizer.h"
 #include "quant/calib.h"
 
@@ -13,24 +14,6 @@ namespace tq::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-// "2GiB", "500MB", "0", "123456" -> bytes.
-Result<int64_t> parse_bytes(const std::string& flag, const std::string& s) {
-  size_t pos = 0;
-  double v = -1;
-  try {
-    v = std::stod(s, &pos);
-  } catch (...) {
-  }
-  const std::string unit = s.substr(std::min(pos, s.size()));
-  const std::pair<const char*, double> units[] = {
-      {"", 1},       {"B", 1},         {"KB", 1e3},        {"MB", 1e6},
-      {"GB", 1e9},   {"KiB", 1024.0},  {"MiB", 1048576.0}, {"GiB", 1073741824.0},
-      {"K", 1024.0}, {"M", 1048576.0}, {"G", 1073741824.0}};
-  for (const auto& [name, mult] : units)
-    if (unit == name && v >= 0 && v * mult < 9e18) return static_cast<int64_t>(v * mult);
-  return err("{} '{}': expected a size such as 2GiB, 500MB or 0", flag, s);
-}
 
 void print_progress(const GptqProgress& p) {
   const GptqResult& r = *p.result;
@@ -69,23 +52,37 @@ void add_gptq_flags(CLI::App& app, GptqArgs* a) {
                "continue a killed --gptq run from its checkpoint (same source and options)");
 }
 
-nlohmann::json gptq_options_record(const GptqArgs& a) {
-  return {{"calib", a.calib},
-          {"calib_tokens", a.calib_tokens},
-          {"calib_seq_len", a.calib_seq_len},
-          {"calib_seed", a.calib_seed},
-          {"gptq_block", a.block},
-          {"damp", a.damp},
-          {"act_order", a.act_order}};
-}
+namespace {
 
-Result<GptqSetup> make_gptq(const GptqArgs& a, const ConvertJob& job, const ConvertOptions& o) {
-  TQ_TRY(Tokenizer tok, load_model_tokenizer(job.source));
+CalibOptions calib_options(const GptqArgs& a) {
   CalibOptions co;
   co.files = a.calib;
   co.tokens = a.calib_tokens;
   co.seq_len = a.calib_seq_len;
   co.seed = a.calib_seed;
+  return co;
+}
+
+GptqOptions gptq_options(const GptqArgs& a) {
+  GptqOptions g;
+  g.block = a.block;
+  g.damp = a.damp;
+  g.act_order = a.act_order;
+  return g;
+}
+
+}  // namespace
+
+nlohmann::json gptq_options_record(const GptqArgs& a) {
+  return tq::gptq_options_record(calib_options(a), gptq_options(a));
+}
+
+Result<GptqSetup> make_gptq(const GptqArgs& a, const ConvertJob& job, const ConvertOptions& o) {
+  GptqDriverOptions d;
+  TQ_TRY(const uint64_t calib_memory, parse_byte_size(a.max_calib_memory, "--max-calib-memory"));
+  d.max_calib_memory = static_cast<int64_t>(calib_memory);
+  TQ_TRY(Tokenizer tok, load_model_tokenizer(job.source));
+  const CalibOptions co = calib_options(a);
   TQ_TRY(CalibSet calib, build_calib_set(tok, co));
   std::fprintf(stderr,
                "tq convert: gptq calibration %lld rows x %lld tokens from %zu file(s), "
@@ -113,20 +110,8 @@ Result<GptqSetup> make_gptq(const GptqArgs& a, const ConvertJob& job, const Conv
                    static_cast<long long>(ov.shared_windows),
                    static_cast<long long>(ov.eval_windows), a.eval_text.c_str());
   }
-  GptqDriverOptions d;
-  d.gptq.block = a.block;
-  d.gptq.damp = a.damp;
-  d.gptq.act_order = a.act_order;
-  TQ_TRY(d.max_calib_memory, parse_bytes("--max-calib-memory", a.max_calib_memory));
-  // The fingerprint: source config, plan, dtype, GPTQ options and the calibration rows.
-  Sha256 fp;
-  fp.update(job.source.path);
-  fp.update(job.config.dump());
-  fp.update(job.plan.modules_json().dump());
-  fp.update(dtype_name(job.plan.dtype));
-  fp.update(gptq_options_record(a).dump());
-  fp.update(calib.sha256);
-  d.fingerprint = fp.hex_digest();
+  d.gptq = gptq_options(a);
+  d.fingerprint = gptq_resume_fingerprint(job, co, d.gptq, calib.sha256);
   GptqSetup s;
   s.checkpoint_dir = a.checkpoint.empty() ? o.dest + ".gptq-checkpoint" : a.checkpoint;
   std::error_code ec;

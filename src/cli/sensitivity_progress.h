@@ -4,7 +4,7 @@
 
 #include <functional>
 
-#include "recipe/sensitivity_run.h"
+#include "convert/sensitivity_run.h"
 
 namespace tq::cli {
 

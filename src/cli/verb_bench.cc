@@ -4,10 +4,10 @@
 
 #include <memory>
 
+#include "cli/db_flags.h"
 #include "cli/runtime_flags.h"
 #include "cli/verb.h"
 #include "eval/bench.h"
-#include "eval/results_db.h"
 #include "model/forward.h"
 #include "model/model_source.h"
 
@@ -15,9 +15,10 @@ namespace tq::cli {
 namespace {
 
 struct BenchCliOptions {
-  std::string model, db;
+  std::string model;
   eval::BenchOptions bench;
-  bool json = false, no_db = false;
+  bool json = false;
+  DbFlags db;
   RuntimeOptions runtime;
 };
 
@@ -54,15 +55,13 @@ Status run_bench_verb(const BenchCliOptions& o) {
     fmt::print("peak RSS: {:.1f} MB\n", r.peak_rss_bytes / 1e6);
   }
   std::fflush(stdout);
-  if (o.no_db) return ok_status();
   eval::RunRecord rec;
   rec.kind = "bench";
   rec.artifact = o.model;
   rec.model_fingerprint = fingerprint;
   rec.protocol = protocol;
   rec.result = j;
-  TQ_CHECK_OK(eval::append_run(o.db, rec));
-  return ok_status();
+  return record_run(o.db, rec);
 }
 
 const bool kRegistered = register_verb(
@@ -81,9 +80,7 @@ const bool kRegistered = register_verb(
        app.add_option("--seed", o->bench.seed, "seed of the random prompt tokens")
            ->capture_default_str();
        app.add_flag("--json", o->json, "Print one JSON object");
-       app.add_option("--db", o->db,
-                      "Results database (default: $XDG_DATA_HOME/turboquant/results.sqlite)");
-       app.add_flag("--no-db", o->no_db, "Do not record the run in the results database");
+       add_db_flags(app, &o->db);
        add_runtime_flags(app, &o->runtime);
        return [o] { return run_bench_verb(*o); };
      }});

@@ -10,17 +10,19 @@
 #include <string>
 #include <vector>
 
+#include "base/byte_size.h"
 #include "cli/convert_gptq.h"
+#include "cli/db_flags.h"
 #include "cli/sensitivity_progress.h"
 #include "cli/verb.h"
 #include "convert/allocate_convert.h"
 #include "convert/convert.h"
 #include "convert/convert_db.h"
 #include "convert/fold_float.h"
-#include "convert/rtn_quantizer.h"
+#include "convert/sensitivity_run.h"
 #include "eval/results_db.h"
 #include "io/staging_dir.h"
-#include "recipe/sensitivity_run.h"
+#include "quant/rtn_quantizer.h"
 #include "rotate/rotation.h"
 #include "rotate/rotation_transform.h"
 
@@ -36,8 +38,9 @@ struct ConvertArgs {
   std::vector<std::string> keep_float;
   bool dry_run = false, force = false, json = false, no_timings = false;
   std::optional<double> target_bpw;
-  std::string target_size, sensitivity, db;
-  bool allow_over = false, no_db = false;
+  std::string target_size, sensitivity;
+  bool allow_over = false;
+  DbFlags db;
   GptqArgs gptq;
   bool no_quantize = false;
   // --rotate-weights and its options
@@ -50,24 +53,11 @@ std::atomic<bool> g_interrupted{false};
 
 extern "C" void on_signal(int) { g_interrupted.store(true); }
 
-// "5GiB", "500MB", "123456" -> bytes.
-Result<uint64_t> parse_size(const std::string& s, const char* flag = "--max-shard-size") {
-  size_t pos = 0;
-  double v = 0;
-  try {
-    v = std::stod(s, &pos);
-  } catch (...) {
-    return err("{} '{}': expected a size such as 5GiB, 500MB or 1000000", flag, s);
-  }
-  std::string unit = s.substr(pos);
-  const std::pair<const char*, double> units[] = {
-      {"", 1},       {"B", 1},         {"KB", 1e3},         {"MB", 1e6},
-      {"GB", 1e9},   {"KiB", 1024.0},  {"MiB", 1048576.0},  {"GiB", 1073741824.0},
-      {"K", 1024.0}, {"M", 1048576.0}, {"G", 1073741824.0},
-  };
-  for (const auto& [name, mult] : units)
-    if (unit == name && v > 0 && v * mult < 1.8e19) return static_cast<uint64_t>(v * mult);
-  return err("{} '{}': expected a positive size such as 5GiB, 500MB or 1000000", flag, s);
+// A shard or a target of zero bytes means nothing; the parser itself accepts 0.
+Result<uint64_t> positive_size(const std::string& s, const char* flag) {
+  TQ_TRY(uint64_t n, parse_byte_size(s, flag));
+  if (n == 0) return err("{} '{}': expected a positive size", flag, s);
+  return n;
 }
 
 nlohmann::json options_record(const ConvertArgs& a) {
@@ -174,7 +164,7 @@ Status run_convert_verb(const ConvertArgs& a) {
   if (a.dtype == "f32") o.dtype = DType::kF32;
   if (a.dtype == "f16") o.dtype = DType::kF16;
   if (a.dtype == "bf16") o.dtype = DType::kBF16;
-  TQ_TRY(o.max_shard_bytes, parse_size(a.max_shard));
+  TQ_TRY(o.max_shard_bytes, positive_size(a.max_shard, "--max-shard-size"));
   o.options_record = options_record(a);
   if (!a.dry_run && a.out.empty()) return err("-o/--output DST is required (or --dry-run)");
   // --no-quantize: every module float (the folded float model: the rotation parity instrument).
@@ -204,7 +194,7 @@ Status run_convert_verb(const ConvertArgs& a) {
     AllocateRequest req;
     req.target_bpw = a.target_bpw.value_or(0);
     if (!a.target_size.empty()) {
-      TQ_TRY(req.target_bytes, parse_size(a.target_size, "--target-size"));
+      TQ_TRY(req.target_bytes, positive_size(a.target_size, "--target-size"));
     }
     req.allow_over = a.allow_over;
     req.sensitivity = a.sensitivity;
@@ -304,9 +294,10 @@ Status run_convert_verb(const ConvertArgs& a) {
     std::printf("%s\n", j.dump(2).c_str());
   }
   std::fprintf(stderr, "tq convert: wrote %s in %.1f s\n", a.out.c_str(), s.seconds);
-  if (!a.no_db) {
+  if (!a.db.off) {
     // The artifact is published: a database problem is a warning, not a failed conversion.
-    Status st = record_convert_run(a.db, job, s, allocation);
+    Result<eval::RunRecord> rec = convert_run_record(job, s, allocation);
+    Status st = rec.ok() ? record_run(a.db, *rec) : Status(rec.error());
     if (!st.ok())
       std::fprintf(stderr, "tq convert: warning: not recorded in the results database: %s\n",
                    st.error().message.c_str());
@@ -354,9 +345,7 @@ const bool kRegistered = register_verb({
           "sensitivity's defaults and kept under $XDG_DATA_HOME/turboquant/sensitivity)");
       app.add_flag("--allow-over", a->allow_over,
                    "the allocation may exceed the target by up to 0.02 bpw");
-      app.add_option("--db", a->db,
-                     "Results database (default: $XDG_DATA_HOME/turboquant/results.sqlite)");
-      app.add_flag("--no-db", a->no_db, "Do not record the artifact in the results database");
+      add_db_flags(app, &a->db, "artifact");
       app.add_flag("--no-timings", a->no_timings,
                    "leave timings out of tq_metadata.json (byte-identical reruns)");
       add_gptq_flags(app, &a->gptq);

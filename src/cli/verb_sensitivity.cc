@@ -9,6 +9,7 @@
 
 #include "cli/sensitivity_progress.h"
 #include "cli/verb.h"
+#include "cli/window_flags.h"
 
 namespace tq::cli {
 namespace {
@@ -80,8 +81,7 @@ const bool kRegistered = register_verb(
        app.add_option("--calib", o->calib,
                       "Calibration text file, or a directory of .txt files (default: the State "
                       "of the Union texts in $TQ_CACHE)");
-       app.add_option("--windows", o->windows, "Calibration windows")->capture_default_str();
-       app.add_option("--seq-len", o->seq_len, "Tokens per window")->capture_default_str();
+       add_window_size_flags(app, &o->seq_len, &o->windows, "Calibration windows");
        app.add_option("--bits", o->bits, "Affine bit widths, comma-separated")
            ->capture_default_str();
        app.add_option("--modes", o->modes, "Modes: affine, mxfp4, nvfp4, mxfp8 (comma-separated)")

@@ -3,14 +3,9 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <set>
-#include <sstream>
 
-#include "io/checkpoint_dir.h"
 #include "io/staging_dir.h"
-#include "model/gguf_model.h"
-#include "model/gguf_tokenizer.h"
 
 namespace tq {
 
@@ -30,43 +25,6 @@ Result<std::string> dump_json(const json& j, int indent, const std::string& what
   } catch (const json::exception& e) {
     return err("{}: cannot encode: {}", what, e.what());
   }
-}
-
-Result<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return err("{}: cannot open", path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return err("{}: read failed", path);
-  return ss.str();
-}
-
-// Tokenizer and generation files: copied verbatim from a checkpoint directory, rebuilt from the
-// metadata for a GGUF (as tq import writes them).
-Result<std::vector<std::pair<std::string, std::string>>> tokenizer_files(const ModelSource& src) {
-  std::vector<std::pair<std::string, std::string>> out;
-  if (auto* g = dynamic_cast<const GgufTensorSource*>(src.tensors.get())) {
-    TQ_TRY(HfTokenizerFiles tok, gguf_hf_tokenizer(g->file()));
-    const std::pair<const char*, const json*> files[] = {
-        {"tokenizer.json", &tok.tokenizer},
-        {"tokenizer_config.json", &tok.tokenizer_config},
-        {"special_tokens_map.json", &tok.special_tokens_map},
-        {"generation_config.json", &tok.generation_config},
-    };
-    for (const auto& [name, j] : files) {
-      TQ_TRY(std::string text, dump_json(*j, 2, src.path + ": " + name));
-      out.emplace_back(name, std::move(text));
-    }
-    return out;
-  }
-  if (auto* d = dynamic_cast<const DirTensorSource*>(src.tensors.get())) {
-    const CheckpointDir& ck = d->checkpoint();
-    for (const auto& name : ck.tokenizer_files) {
-      TQ_TRY(std::string text, read_file((fs::path(ck.dir) / name).string()));
-      out.emplace_back(name, std::move(text));
-    }
-  }
-  return out;
 }
 
 Result<Recipe> resolve_recipe(const ConvertOptions& o, const ModelConfig& cfg) {
@@ -179,7 +137,7 @@ Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
 
   // Everything that can fail without tensor data fails before the staging directory exists.
   TQ_TRY(std::string fingerprint, source_fingerprint(job.source));
-  TQ_TRY(auto tok_files, tokenizer_files(job.source));
+  TQ_TRY(NamedFiles tok_files, job.source.tensors->tokenizer_files());
   TQ_TRY(std::string config_text, dump_json(output_config(job), 4, opts.dest + "/config.json"));
   const std::vector<TensorDecl> decls = plan.stored_tensors();
   uint64_t out_total = 0;

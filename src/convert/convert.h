@@ -17,8 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include "base/result.h"
-#include "convert/stages.h"
 #include "model/model_source.h"
+#include "model/weight_stages.h"
 #include "recipe/quant_plan.h"
 
 namespace tq {

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "eval/results_db.h"
 #include "model/model_source.h"
 
 namespace tq {
@@ -35,8 +34,8 @@ std::string recipe_summary(const ConvertJob& job, const json& allocation) {
   return s;
 }
 
-Status record_convert_run(const std::string& db, const ConvertJob& job, const ConvertSummary& s,
-                          const json& allocation) {
+Result<eval::RunRecord> convert_run_record(const ConvertJob& job, const ConvertSummary& s,
+                                           const json& allocation) {
   TQ_TRY(ModelSource out, open_model(s.dest));
   eval::RunRecord r;
   r.kind = "convert";
@@ -54,9 +53,7 @@ Status record_convert_run(const std::string& db, const ConvertJob& job, const Co
               {"recipe", recipe_summary(job, allocation)},
               {"seconds", s.seconds}};
   if (allocation.is_object()) r.result["allocation"] = allocation;
-  TQ_TRY(int64_t id, eval::append_run(db, r));
-  (void)id;
-  return ok_status();
+  return r;
 }
 
 }  // namespace tq

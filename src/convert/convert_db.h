@@ -8,6 +8,7 @@
 
 #include "base/result.h"
 #include "convert/convert.h"
+#include "eval/results_db.h"
 
 namespace tq {
 
@@ -15,10 +16,10 @@ namespace tq {
 // "allocated 3.5 bpw (affine 3-bit g64 ×120, …)", with "+N float" for float modules.
 std::string recipe_summary(const ConvertJob& job, const nlohmann::json& allocation);
 
-// Appends the row to `db` (empty: the default database). artifact = the published directory;
-// model_fingerprint = its eval fingerprint; base = the source and its fingerprint; result = the
-// summary (dest, params, bytes, bpw, recipe, source, source_fingerprint, allocation).
-Status record_convert_run(const std::string& db, const ConvertJob& job, const ConvertSummary& s,
-                          const nlohmann::json& allocation);
+// The row: artifact = the published directory; model_fingerprint = its eval fingerprint; base =
+// the source and its fingerprint; result = the summary (dest, params, bytes, bpw, recipe,
+// source, source_fingerprint, allocation).
+Result<eval::RunRecord> convert_run_record(const ConvertJob& job, const ConvertSummary& s,
+                                           const nlohmann::json& allocation);
 
 }  // namespace tq

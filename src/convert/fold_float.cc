@@ -1,9 +1,8 @@
 #include "convert/fold_float.h"
 
 #include "convert/convert.h"
-#include "convert/rtn_quantizer.h"
 #include "model/model_source.h"
-#include "rotate/rotation.h"
+#include "quant/rtn_quantizer.h"
 #include "rotate/rotation_transform.h"
 
 namespace tq {
@@ -24,12 +23,6 @@ Status write_folded_float(const std::string& source, const RotationOptions& ro,
   TQ_TRY(ConvertSummary s, run_convert(job, rtn, o));
   (void)s;
   return ok_status();
-}
-
-nlohmann::json rotation_identity(const RotationOptions& ro) {
-  return {{"r1", std::string(rotation_kind_name(ro.r1))},
-          {"r2", std::string(rotation_kind_name(ro.r2))},
-          {"seed", ro.seed}};
 }
 
 }  // namespace tq

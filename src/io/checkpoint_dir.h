@@ -47,6 +47,8 @@ class DirTensorSource : public TensorSource {
   const std::vector<TensorInfo>& tensors() const override { return infos_; }
   Result<FloatTensor> load_f32(const std::string& name) const override;
   Result<FloatTensor> load_f32_compute(const std::string& name) const override;
+  // The present kTokenizerFileNames, verbatim.
+  Result<NamedFiles> tokenizer_files() const override;
 
   const CheckpointDir& checkpoint() const { return ckpt_; }
   const std::vector<SafetensorsFile>& files() const { return files_; }

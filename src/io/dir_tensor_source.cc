@@ -1,5 +1,6 @@
 // DirTensorSource: folds MLX "P.scales"/"P.biases" into "P.weight" and decodes to f32.
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 
@@ -28,6 +29,19 @@ Result<std::unique_ptr<DirTensorSource>> DirTensorSource::open(const std::string
   }
   TQ_CHECK_OK(src->build());
   return src;
+}
+
+Result<NamedFiles> DirTensorSource::tokenizer_files() const {
+  NamedFiles out;
+  for (const auto& name : ckpt_.tokenizer_files) {
+    const std::string path = (fs::path(ckpt_.dir) / name).string();
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return err("{}: cannot open", path);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (in.bad()) return err("{}: read failed", path);
+    out.emplace_back(name, std::move(text));
+  }
+  return out;
 }
 
 const SafetensorsEntry* DirTensorSource::stored(std::string_view stored_name,

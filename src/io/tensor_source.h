@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/result.h"
@@ -22,6 +23,8 @@ struct TensorInfo {
   uint64_t stored_bytes = 0;           // bytes on disk incl. MLX scales/biases that belong to it
 };
 
+using NamedFiles = std::vector<std::pair<std::string, std::string>>;  // file name -> contents
+
 class TensorSource {
  public:
   virtual ~TensorSource() = default;
@@ -36,6 +39,9 @@ class TensorSource {
   virtual Result<FloatTensor> load_f32_compute(const std::string& name) const {
     return load_f32(name);
   }
+  // The tokenizer and generation files a checkpoint made from this source carries (so a
+  // converter needs no knowledge of the source's kind). None by default.
+  virtual Result<NamedFiles> tokenizer_files() const { return NamedFiles{}; }
 
   const TensorInfo* find(const std::string& name) const;
 };

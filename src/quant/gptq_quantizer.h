@@ -6,7 +6,7 @@
 #include <functional>
 #include <memory>
 
-#include "convert/stages.h"
+#include "model/weight_stages.h"
 #include "quant/gptq_driver.h"
 
 namespace tq {

@@ -8,13 +8,12 @@
 #include <nlohmann/json.hpp>
 
 #include "base/result.h"
+#include "model/weight_stages.h"
 #include "rotate/fold_plan.h"
 #include "rotate/rotation.h"
 #include "tensor/tensor.h"
 
 namespace tq {
-
-using TensorMap = std::map<std::string, FloatTensor>;  // HF tensor name -> f32 tensor
 
 class Folder {
  public:

@@ -85,6 +85,12 @@ Result<RotationOptions> parse_rotation_options(std::string_view r1, std::string_
   return ro;
 }
 
+nlohmann::json rotation_identity(const RotationOptions& ro) {
+  return {{"r1", std::string(rotation_kind_name(ro.r1))},
+          {"r2", std::string(rotation_kind_name(ro.r2))},
+          {"seed", ro.seed}};
+}
+
 Result<FoldPlan> plan_folds(const ModelConfig& cfg, const RotationOptions& opts) {
   FoldPlan p;
   p.config = cfg;

@@ -32,6 +32,10 @@ struct RotationOptions {
 Result<RotationOptions> parse_rotation_options(std::string_view r1, std::string_view r2,
                                                uint64_t seed);
 
+// What a sensitivity table records of the rotation it was measured under, and what
+// `tq convert --rotate-weights --target-bpw` compares: {"r1", "r2", "seed"}.
+nlohmann::json rotation_identity(const RotationOptions& ro);
+
 enum class FoldOp : uint8_t {
   kCloneEmbed,  // lm_head.weight <- a copy of model.embed_tokens.weight (untie)
   kGammaCols,   // W <- W·diag(γ), γ = the gain of `norm`

@@ -1,4 +1,4 @@
-// The rotation folds as a convert-pipeline stage (convert/stages.h WeightTransform): a thin
+// The rotation folds as a convert-pipeline stage (model/weight_stages.h WeightTransform): a thin
 // adapter over Folder, planned from the SOURCE config (before edit_config unties it).
 #pragma once
 
@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "convert/stages.h"
+#include "model/weight_stages.h"
 #include "rotate/fold_apply.h"
 
 namespace tq {

@@ -7,10 +7,12 @@
 #include <set>
 
 #include "../testing/test_files.h"
-#include "convert/rtn_quantizer.h"
+#include "base/sha256.h"
+#include "convert/gptq_resume.h"
 #include "formats/mlx_quant.h"
 #include "io/staging_dir.h"
 #include "model/tensor_table.h"
+#include "quant/rtn_quantizer.h"
 
 namespace tq {
 namespace {
@@ -395,6 +397,35 @@ TEST(Convert, DryRunPlanNamesEveryModuleWithExactTotals) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().message,
             "--recipe mixed_3_6 is affine only (as in mlx-lm); drop --mode mxfp4");
+}
+
+TEST(Convert, GptqResumeFingerprintCoversSourcePlanOptionsAndRows) {
+  TempDir d;
+  auto job = prepare_convert(options(write_source(d, tiny_config()), d.file("out")));
+  ASSERT_TRUE(job.ok()) << job.error().message;
+  CalibOptions calib;
+  calib.files = {"a.txt"};
+  GptqOptions gptq;
+  const nlohmann::json rec = gptq_options_record(calib, gptq);
+  EXPECT_EQ(rec.dump(),
+            R"({"act_order":false,"calib":["a.txt"],"calib_seed":123,"calib_seq_len":512,)"
+            R"("calib_tokens":65536,"damp":0.01,"gptq_block":128})");
+  // The checkpoints of earlier versions stay resumable: the same bytes in the same order.
+  Sha256 want;
+  want.update(job->source.path);
+  want.update(job->config.dump());
+  want.update(job->plan.modules_json().dump());
+  want.update(dtype_name(job->plan.dtype));
+  want.update(rec.dump());
+  want.update("rows");
+  const std::string fp = gptq_resume_fingerprint(*job, calib, gptq, "rows");
+  EXPECT_EQ(fp, want.hex_digest());
+  EXPECT_NE(gptq_resume_fingerprint(*job, calib, gptq, "other rows"), fp);
+  gptq.damp = 0.1;
+  EXPECT_NE(gptq_resume_fingerprint(*job, calib, gptq, "rows"), fp);
+  gptq.damp = 0.01;
+  calib.seed = 7;
+  EXPECT_NE(gptq_resume_fingerprint(*job, calib, gptq, "rows"), fp);
 }
 
 }  // namespace

@@ -116,8 +116,15 @@ def test_target_size_and_no_db(env, tmp_path):
                       env["sens"], "--dtype", "bf16", "--dry-run", "--json").stdout)
     assert 500000 - 0.02 * d["params"] / 8 <= d["bytes"] <= 500000
     db = tmp_path / "none.sqlite"
-    tq("convert", env["src"], "--bits", "8", "-o", tmp_path / "q8", "--no-db", "--db", db)
-    assert not db.exists()
+    r = tq("convert", env["src"], "--bits", "8", "-o", tmp_path / "q8", "--no-db", "--db", db,
+           ok=False)
+    assert r.returncode != 0 and "--db excludes --no-db" in r.stderr
+    assert not db.exists() and not (tmp_path / "q8").exists()
+    xdg = tmp_path / "xdg"  # where the default database would go
+    subprocess.run([TQ_BIN, "convert", str(env["src"]), "--bits", "8", "-o", str(tmp_path / "q8"),
+                    "--no-db"], check=True, capture_output=True,
+                   env=dict(os.environ, XDG_DATA_HOME=str(xdg)))
+    assert (tmp_path / "q8").is_dir() and not xdg.exists()
     tq("convert", env["src"], "--bits", "8", "-o", tmp_path / "q8b", "--db", db)
     with sqlite3.connect(db) as c:
         (kind, res), = c.execute("SELECT kind, result FROM runs").fetchall()

@@ -45,7 +45,10 @@ def src(tmp_path):
                                             "matches no quantizable module"]),
     (["--recipe", "mixed_3_6", "--bits", "3"], ["mixed_3_6", "drop --bits 3"]),
     (["--max-shard-size", "5XB"], ["--max-shard-size '5XB'"]),
-], ids=["bits7", "group48", "nvfp4-g32", "mode", "keep-float", "preset-bits", "shard-size"])
+    (["--max-shard-size", "0"], ["--max-shard-size '0'", "positive"]),
+    (["--target-size", "1e9"], ["--target-size '1e9'", "expected a size"]),
+], ids=["bits7", "group48", "nvfp4-g32", "mode", "keep-float", "preset-bits", "shard-size",
+        "shard-size-zero", "target-size"])
 def test_bad_flags(tq_bin, src, tmp_path, args, needles):
     out = tmp_path / "out"
     r, _ = run_tq(tq_bin, "convert", src, "-o", out, *args)

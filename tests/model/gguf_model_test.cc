@@ -392,6 +392,33 @@ TEST(GgufTokenizer, BuildsByteLevelBpe) {
   EXPECT_EQ(r->special_tokens_map["bos_token"]["content"], "<s>");
 }
 
+// What the converter copies into its output: the same files tq import writes, in that order.
+TEST(GgufTokenizer, TheSourceHandsOverItsRebuiltFiles) {
+  GgufBuilder g = tiny_model("llama", /*tied=*/true, /*biases=*/false);
+  g.kv_str("tokenizer.ggml.model", "gpt2");
+  g.kv_str("tokenizer.ggml.pre", "smollm");
+  g.kv_str_array("tokenizer.ggml.tokens", {"<|endoftext|>", "<s>", "</s>", "a", "b", "ab"});
+  g.kv_i32_array("tokenizer.ggml.token_type", {3, 3, 3, 1, 1, 1});
+  g.kv_str_array("tokenizer.ggml.merges", {"a b"});
+  Parsed p = parse(g);
+  auto src = GgufTensorSource::create(p.file);
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  auto files = (*src)->tokenizer_files();
+  ASSERT_TRUE(files.ok()) << files.error().message;
+  auto tok = gguf_hf_tokenizer(*p.file);
+  ASSERT_TRUE(tok.ok()) << tok.error().message;
+  const NamedFiles want = {{"tokenizer.json", tok->tokenizer.dump(2) + "\n"},
+                           {"tokenizer_config.json", tok->tokenizer_config.dump(2) + "\n"},
+                           {"special_tokens_map.json", tok->special_tokens_map.dump(2) + "\n"},
+                           {"generation_config.json", tok->generation_config.dump(2) + "\n"}};
+  EXPECT_EQ(*files, want);
+  // Without tokenizer metadata the error names the file, as tq import's does.
+  Parsed bare = parse(tiny_model("llama", true, false));
+  auto no_tok = GgufTensorSource::create(bare.file);
+  ASSERT_TRUE(no_tok.ok());
+  EXPECT_FALSE((*no_tok)->tokenizer_files().ok());
+}
+
 TEST(GgufTokenizer, Llama3AddsBosByDefaultAndIgnoresMerges) {
   Parsed p = parse(tiny_vocab("llama-bpe"));
   auto r = gguf_hf_tokenizer(*p.file);

@@ -12,7 +12,6 @@
 #include "model/forward.h"
 #include "model/model_source.h"
 #include "recipe/sensitivity_measure.h"
-#include "recipe/sensitivity_run.h"
 
 namespace tq {
 namespace {
@@ -282,35 +281,6 @@ TEST(SensitivityFile, CandidateSpecs) {
   EXPECT_EQ((*s)[2], (QuantSpec{QuantMode::kMxfp4, 4, 32}));
   EXPECT_FALSE(candidate_specs({"int4"}, {4}, 64).ok());
   EXPECT_FALSE(candidate_specs({"affine"}, {7}, 64).ok());
-}
-
-TEST(SensitivityRun, EstimateScalesTheReferencePassByTheLayersEachModuleReruns) {
-  auto cfg = parse_model_config(tiny_cfg("llama", false), "config.json");
-  ASSERT_TRUE(cfg.ok());
-  const std::vector<ModuleSensitivity> all = quantizable_modules(*cfg, DType::kBF16);
-  const std::vector<QuantSpec> specs = {{QuantMode::kAffine, 4, 64}, {QuantMode::kAffine, 8, 64}};
-  auto one = [&](const std::string& name) {
-    for (const auto& m : all)
-      if (m.name == name) return std::vector<ModuleSensitivity>{m};
-    ADD_FAILURE() << name;
-    return std::vector<ModuleSensitivity>{};
-  };
-  // The embedding re-runs the whole model: one reference pass per spec.
-  EXPECT_DOUBLE_EQ(estimate_measure_seconds(*cfg, all, one("model.embed_tokens"), specs, 3.0), 6.0);
-  const double first =
-      estimate_measure_seconds(*cfg, all, one("model.layers.0.self_attn.q_proj"), specs, 3.0);
-  const double last =
-      estimate_measure_seconds(*cfg, all, one("model.layers.2.mlp.down_proj"), specs, 3.0);
-  const double head = estimate_measure_seconds(*cfg, all, one("lm_head"), specs, 3.0);
-  EXPECT_DOUBLE_EQ(first, 6.0);  // layer 0's attention re-runs every layer too
-  EXPECT_LT(head, last);
-  EXPECT_LT(last, first);
-  EXPECT_GT(head, 0.0);
-  // A group that does not divide the input width is skipped, not measured.
-  const std::vector<QuantSpec> wide = {{QuantMode::kAffine, 4, 128}};
-  EXPECT_DOUBLE_EQ(
-      estimate_measure_seconds(*cfg, all, one("model.layers.0.self_attn.q_proj"), wide, 3.0), 0.0);
-  EXPECT_GT(estimate_measure_seconds(*cfg, all, all, specs, 3.0), 6.0);
 }
 
 }  // namespace

@@ -11,9 +11,9 @@
 #include "../testing/test_files.h"
 #include "convert/convert.h"
 #include "convert/fold_float.h"
-#include "convert/rtn_quantizer.h"
 #include "io/safetensors.h"
 #include "model/forward.h"
+#include "quant/rtn_quantizer.h"
 #include "rotate/rotation_transform.h"
 
 namespace tq {

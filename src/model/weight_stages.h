@@ -1,7 +1,7 @@
 // The two seams of the conversion pipeline (DESIGN.md "How data flows through tq convert"):
-// float->float weight transforms before quantization (rotation folds, untie) and the layer
-// quantizer that chooses codes (RTN here, GPTQ later). The driver (convert/convert.h) owns
-// loading, streaming one decoder layer at a time, writing and publishing.
+// float->float weight transforms before quantization (rotate/ implements them) and the layer
+// quantizer that chooses codes (quant/: RTN, GPTQ). Kept below both so neither includes the
+// driver (convert/convert.h), which owns loading, streaming a layer at a time and publishing.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "convert/rtn_quantizer.h"
+#include "quant/rtn_quantizer.h"
 
 #include <algorithm>
 

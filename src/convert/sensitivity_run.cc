@@ -1,4 +1,4 @@
-#include "recipe/sensitivity_run.h"
+#include "convert/sensitivity_run.h"
 
 #include <fmt/format.h>
 

@@ -2,7 +2,7 @@
 // output dtype (mlx-lm's convert casts, then quantizes).
 #pragma once
 
-#include "convert/stages.h"
+#include "model/weight_stages.h"
 
 namespace tq {
 
