@@ -16,17 +16,6 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string_view torch_dtype_name(DType d) {
-  switch (d) {
-    case DType::kBF16:
-      return "bfloat16";
-    case DType::kF16:
-      return "float16";
-    default:
-      return "float32";
-  }
-}
-
 std::string human_bytes(uint64_t b) {
   if (b >= (1ull << 30)) return fmt::format("{:.2f} GiB", b / double(1ull << 30));
   if (b >= (1ull << 20)) return fmt::format("{:.1f} MiB", b / double(1ull << 20));
@@ -51,8 +40,8 @@ json output_config(const ConvertJob& job) {
     rs.erase("rope_theta");
     c["rope_scaling"] = rs;
   }
-  c["torch_dtype"] = torch_dtype_name(job.plan.dtype);
-  if (c.contains("dtype")) c["dtype"] = torch_dtype_name(job.plan.dtype);
+  c["torch_dtype"] = dtype_torch_name(job.plan.dtype);
+  if (c.contains("dtype")) c["dtype"] = dtype_torch_name(job.plan.dtype);
   // An all-float plan (--no-quantize) is a plain float checkpoint: no quantization block.
   if (job.plan.any_quantized()) {
     json q = job.plan.quantization_json();

@@ -48,8 +48,7 @@ struct MatJob {
 // From this many tokens on, products go through decoded strips and OpenBLAS (f32 activations),
 // or with --activations auto from kAutoBlasMinTokens on where the integer register tiles do not
 // run: below it the per-token integer kernels, which read each weight once per call, beat
-// decoding whole matrices to f32 (SmolLM2 4-bit prefill at 16 / 64 / 256 tokens: integer
-// 180 / 200 / 160 tok/s, OpenBLAS 90 / 240 / 360). The tiles beat OpenBLAS at every length.
+// decoding whole matrices to f32. The tiles beat OpenBLAS at every length.
 constexpr int64_t kBlasMinTokens = 16;
 constexpr int64_t kAutoBlasMinTokens = 48;
 // On CPUs with AMX, int8 products of this many tokens and more go through the tile kernel.
@@ -108,10 +107,9 @@ class FastRuntime final : public Runtime {
   std::vector<ProductRows> products;
   std::unique_ptr<ReadAhead> read_ahead;
   std::unique_ptr<ThreadPool> pool;
-  // Row slices per thread of a decode product: 4 when the weights fit the last-level cache (short
-  // loops; a thread that starts late hands work to the other: SmolLM2 4-bit decode ~170 -> ~210
-  // tok/s), else 1 (weights stream from DRAM, best as one contiguous range per thread: Llama-1B
-  // decode lost ~14% with 4).
+  // Row slices per thread of a decode product: 4 when the weights fit the last-level cache (a
+  // thread that starts late hands work to the other), else 1 (weights stream from DRAM, best as
+  // one contiguous range per thread).
   int slices_per_thread = 1;
 
   // Scratch reused across calls (forward is one call at a time: the mutex).
@@ -250,8 +248,7 @@ void FastRuntime::run(std::initializer_list<MatJob> jobs, const float* xin, int6
     pool->parallel_for(
         n, [&](int64_t b, int64_t e) { quantize_act_tiles(xin, b, e, &xt); }, 16);
     // Four slices per thread whatever the model: prefill is compute-bound, and one slice per
-    // thread left the other waiting on a late one (Llama-1B 128-token prefill 12% faster with
-    // four, 40 prefills alternated in one process).
+    // thread left the other waiting on a late one.
     split_rows(jobs, n, 16, 4, [&](const MatJob& j, int64_t lo, int64_t hi) {
       packed_matmul_amx(*j.w, xt, j.y, j.ldy, lo, hi);
     });
@@ -262,8 +259,7 @@ void FastRuntime::run(std::initializer_list<MatJob> jobs, const float* xin, int6
     for (const MatJob& j : jobs) q8 |= packed_q8_supported(*j.w);
   if (q8) quantize_act_q8(xin, n, jobs.begin()->w->cols, &xq);
   // The int8 kernels read each slice's rows from several parts of it at once for every model,
-  // not only those larger than the last-level cache: a shared LLC holds less than it says
-  // (SmolLM2 8-bit, 143 MB a token against a 300 MB LLC, decoded 6-8% faster; 4-bit the same).
+  // not only those larger than the last-level cache: a shared LLC holds less than it says.
   split_rows(jobs, n, 8, slices_per_thread, [&](const MatJob& j, int64_t lo, int64_t hi) {
     if (q8 && packed_q8_supported(*j.w))
       packed_matmul_q8(*j.w, xq, j.y, j.ldy, lo, hi, true, opts.batch_invariant);
