@@ -375,9 +375,13 @@ void GemvRows(const PackedMatrix& w, const float* x, float* y, int64_t r0, int64
 }
 
 void PackedMatmulImpl(const PackedMatrix& w, const float* x, int64_t n, float* y, int64_t ldy,
-                      int64_t r0, int64_t r1, bool batch_invariant) {
+                      int64_t r0, int64_t r1, BatchKernel kernel) {
   if (r0 >= r1 || n <= 0) return;
-  if (n > 1 || batch_invariant) return GemmStrips(w, x, n, y, ldy, r0, r1);
+  if (kernel == BatchKernel::kPerToken) {
+    for (int64_t t = 0; t < n; ++t) GemvRows(w, x + t * w.cols, y + t * ldy, r0, r1);
+    return;
+  }
+  if (n > 1 || kernel == BatchKernel::kTiles) return GemmStrips(w, x, n, y, ldy, r0, r1);
   GemvRows(w, x, y, r0, r1);
 }
 
@@ -397,8 +401,8 @@ HWY_EXPORT(DecodeRowImpl);
 HWY_EXPORT(IsaName);
 
 void packed_matmul(const PackedMatrix& w, const float* x, int64_t n, float* y, int64_t ldy,
-                   int64_t r0, int64_t r1, bool batch_invariant) {
-  HWY_DYNAMIC_DISPATCH(PackedMatmulImpl)(w, x, n, y, ldy, r0, r1, batch_invariant);
+                   int64_t r0, int64_t r1, BatchKernel kernel) {
+  HWY_DYNAMIC_DISPATCH(PackedMatmulImpl)(w, x, n, y, ldy, r0, r1, kernel);
 }
 
 void packed_decode_row(const PackedMatrix& w, int64_t r, float* out) {

@@ -26,10 +26,14 @@
 
 namespace tq {
 
-// y[t * ldy + r] = Σ_k x[t * w.cols + k] · W[r, k] for t < n, r0 <= r < r1. `batch_invariant`:
-// the batch kernel from one token on, so a token's row of y does not depend on n.
+// Which kernels a batch of tokens takes: chosen by its size (kAuto), the per-token kernels at
+// every size, or the batch kernels (tiles) from one token on. With the last two, a token's row of
+// y does not depend on how many tokens share the call.
+enum class BatchKernel : uint8_t { kAuto, kPerToken, kTiles };
+
+// y[t * ldy + r] = Σ_k x[t * w.cols + k] · W[r, k] for t < n, r0 <= r < r1.
 void packed_matmul(const PackedMatrix& w, const float* x, int64_t n, float* y, int64_t ldy,
-                   int64_t r0, int64_t r1, bool batch_invariant = false);
+                   int64_t r0, int64_t r1, BatchKernel kernel = BatchKernel::kAuto);
 // Row r of W decoded to f32 (cols values), SIMD; equals packed_decode_row_ref up to rounding.
 void packed_decode_row(const PackedMatrix& w, int64_t r, float* out);
 // The scalar reference: W decoded by packed_weight, products summed in double.
@@ -65,16 +69,14 @@ void quantize_blocks_q8(const float* x, int len, int64_t nb, int8_t* q, int8_t* 
 
 // Whether the dispatched ISA has an integer dot-product kernel for this matrix.
 bool packed_q8_supported(const PackedMatrix& w);
-// Whether packed_matmul_q8 runs batches of 4+ tokens of this matrix as register tiles (codes
+// Whether packed_matmul_q8 runs batches of 8+ tokens of this matrix as register tiles (codes
 // unpacked once per strip of rows, 4 rows × 4 tokens per tile: AVX3_DL, columns % 64 == 0).
 bool packed_q8_tiles_supported(const PackedMatrix& w);
 // y as packed_matmul, from int8 activations (only where packed_q8_supported). `parts`: the rows
 // of [r0, r1) are visited from several parts of the range at once (what the runtime uses: a
 // core keeps more misses in flight); false: strips of adjacent rows. The same results.
-// `batch_invariant`: one kernel at every batch size (the tiles, where they exist, from one token
-// on), so a token's row of y does not depend on how many tokens share the call.
 void packed_matmul_q8(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,
-                      int64_t r1, bool parts = true, bool batch_invariant = false);
+                      int64_t r1, bool parts = true, BatchKernel kernel = BatchKernel::kAuto);
 // Its scalar reference: per block, integer Σ v·(256·q + r), scaled by s·d/256, plus b·sum
 // (affine: v the code; mxfp4/nvfp4: v = 2·E2M1 and s half the scale, no b).
 void packed_matmul_q8_ref(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,

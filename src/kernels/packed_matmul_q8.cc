@@ -469,7 +469,7 @@ inline void StripScalesFp4(const PackedMatrix& w, int64_t r, int64_t n, float* s
 #endif
 
 void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,
-                  int64_t r1, bool parts, bool batch_invariant) {
+                  int64_t r1, bool parts, BatchKernel kernel) {
 #ifdef TQ_Q8_KERNELS
   if (!SupportedImpl(w)) return;
   // 4-bit codes in nibble order: affine, and mxfp4 through a lookup (nvfp4's groups of 16 do not
@@ -495,7 +495,9 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
     }
 #if HWY_TARGET == HWY_AVX3_DL
   // A batch of tokens: strips unpacked once, then register tiles (packed_gemm_q8-inl.h).
-  if ((xq.n >= kGemmMinTokens || batch_invariant) && TilesSupportedImpl(w)) {
+  const bool tiles =
+      kernel == BatchKernel::kAuto ? xq.n >= kGemmMinTokens : kernel == BatchKernel::kTiles;
+  if (tiles && TilesSupportedImpl(w)) {
     GemmQ8(w, xq, gsum.data(), y, ldy, r0, r1);
     return;
   }
@@ -657,8 +659,8 @@ bool packed_q8_tiles_supported(const PackedMatrix& w) {
 }
 
 void packed_matmul_q8(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,
-                      int64_t r1, bool parts, bool batch_invariant) {
-  HWY_DYNAMIC_DISPATCH(MatmulQ8Impl)(w, xq, y, ldy, r0, r1, parts, batch_invariant);
+                      int64_t r1, bool parts, BatchKernel kernel) {
+  HWY_DYNAMIC_DISPATCH(MatmulQ8Impl)(w, xq, y, ldy, r0, r1, parts, kernel);
 }
 
 }  // namespace tq

@@ -78,6 +78,7 @@ void add_into(float* x, const float* y, int64_t n) {
 // What one forward call's stages read and write (the fast step's io of run_layer).
 struct FastIo {
   int64_t l = 0, n = 0;  // layer; rows of all sequences
+  int64_t split = 0;     // rows of one-token sequences, which come first
   std::span<const SeqStep> seqs;
   std::vector<int64_t> first;  // row of each sequence's first token
   float *x, *h, *q, *k, *v, *att, *gate, *up;
@@ -116,7 +117,7 @@ class FastRuntime final : public Runtime {
   mutable std::mutex mu;
   mutable std::vector<float> x, h, q, att, gate, up, cos, sin, knew, vnew, kf, vf, logits_all;
   mutable std::vector<float> part_ml, part_acc;  // decode attention's partial softmaxes
-  mutable ActQ8 xq;
+  mutable ActQ8 xq, xq2;
   mutable ActTiles xt;
 
   Result<PackedMatrix> matrix(const TensorSource& ts, const TensorSpec& s);
@@ -132,7 +133,10 @@ class FastRuntime final : public Runtime {
   void mlp_norm(const FastLayer& L, FastIo& io) const;
   void mlp_act(const FastLayer& L, FastIo& io) const;
   void mlp_out(const FastLayer& L, FastIo& io) const;
-  void run(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const;
+  // With batch_invariant, rows [0, split) take the per-token kernels and [split, n) the batch
+  // kernels whatever n is (the forward call puts its one-token sequences first).
+  void run(std::initializer_list<MatJob> jobs, const float* xin, int64_t n,
+           int64_t split = 0) const;
   void run_blas(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const;
   // How products of n tokens with these matrices run (run() and the attention choice agree).
   enum class Path { kAmx, kBlas, kKernels };
@@ -237,7 +241,8 @@ void FastRuntime::split_rows(std::initializer_list<MatJob> jobs, int64_t n, int6
       align, per_thread);
 }
 
-void FastRuntime::run(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const {
+void FastRuntime::run(std::initializer_list<MatJob> jobs, const float* xin, int64_t n,
+                      int64_t split) const {
   std::vector<const PackedMatrix*> ws;
   for (const MatJob& j : jobs) ws.push_back(j.w);
   const Path p = path(ws, n);
@@ -257,14 +262,34 @@ void FastRuntime::run(std::initializer_list<MatJob> jobs, const float* xin, int6
   bool q8 = false;
   if (opts.activations != ActPath::kF32)
     for (const MatJob& j : jobs) q8 |= packed_q8_supported(*j.w);
-  if (q8) quantize_act_q8(xin, n, jobs.begin()->w->cols, &xq);
+  const int64_t cols = jobs.begin()->w->cols;
+  if (opts.batch_invariant) {
+    const int64_t rest = n - split;
+    if (q8) {
+      quantize_act_q8(xin, split, cols, &xq);
+      quantize_act_q8(xin + split * cols, rest, cols, &xq2);
+    }
+    split_rows(jobs, n, 8, slices_per_thread, [&](const MatJob& j, int64_t lo, int64_t hi) {
+      float* y2 = j.y + split * j.ldy;
+      if (q8 && packed_q8_supported(*j.w)) {
+        if (split > 0) packed_matmul_q8(*j.w, xq, j.y, j.ldy, lo, hi, true, BatchKernel::kPerToken);
+        if (rest > 0) packed_matmul_q8(*j.w, xq2, y2, j.ldy, lo, hi, true, BatchKernel::kTiles);
+      } else {
+        if (split > 0) packed_matmul(*j.w, xin, split, j.y, j.ldy, lo, hi, BatchKernel::kPerToken);
+        if (rest > 0)
+          packed_matmul(*j.w, xin + split * cols, rest, y2, j.ldy, lo, hi, BatchKernel::kTiles);
+      }
+    });
+    return;
+  }
+  if (q8) quantize_act_q8(xin, n, cols, &xq);
   // The int8 kernels read each slice's rows from several parts of it at once for every model,
   // not only those larger than the last-level cache: a shared LLC holds less than it says.
   split_rows(jobs, n, 8, slices_per_thread, [&](const MatJob& j, int64_t lo, int64_t hi) {
     if (q8 && packed_q8_supported(*j.w))
-      packed_matmul_q8(*j.w, xq, j.y, j.ldy, lo, hi, true, opts.batch_invariant);
+      packed_matmul_q8(*j.w, xq, j.y, j.ldy, lo, hi);
     else
-      packed_matmul(*j.w, xin, n, j.y, j.ldy, lo, hi, opts.batch_invariant);
+      packed_matmul(*j.w, xin, n, j.y, j.ldy, lo, hi);
   });
 }
 
@@ -525,7 +550,7 @@ void FastRuntime::qkv(const FastLayer& L, FastIo& io) const {
   run({{&L.q, io.q, n_heads * hd, &L.q_b},
        {&L.k, io.k, n_kv * hd, &L.k_b},
        {&L.v, io.v, n_kv * hd, &L.v_b}},
-      io.h, n);
+      io.h, n, io.split);
   if (!L.q_norm.empty()) {  // qwen3
     norm(io.q, L.q_norm, n * n_heads, hd, io.q);
     norm(io.k, L.k_norm, n * n_kv, hd, io.k);
@@ -560,7 +585,7 @@ void FastRuntime::attn_core(const FastLayer& L, FastIo& io) const {
 void FastRuntime::attn_out(const FastLayer& L, FastIo& io) const {
   const int64_t d = cfg.hidden_size;
   ahead(io, static_cast<size_t>(io.l) * 4 + 2);
-  run({{&L.o, io.h, d, &L.o_b}}, io.att, io.n);
+  run({{&L.o, io.h, d, &L.o_b}}, io.att, io.n, io.split);
   add_into(io.x, io.h, io.n * d);
 }
 
@@ -571,7 +596,7 @@ void FastRuntime::mlp_norm(const FastLayer& L, FastIo& io) const {
 void FastRuntime::mlp_act(const FastLayer& L, FastIo& io) const {
   const int64_t inter = cfg.intermediate_size;
   ahead(io, static_cast<size_t>(io.l) * 4 + 3);
-  run({{&L.gate, io.gate, inter, &L.gate_b}, {&L.up, io.up, inter, &L.up_b}}, io.h, io.n);
+  run({{&L.gate, io.gate, inter, &L.gate_b}, {&L.up, io.up, inter, &L.up_b}}, io.h, io.n, io.split);
   pool->parallel_for(
       io.n * inter, [&](int64_t b, int64_t e) { silu_mul_simd(io.gate + b, io.up + b, e - b); },
       4096);
@@ -580,7 +605,7 @@ void FastRuntime::mlp_act(const FastLayer& L, FastIo& io) const {
 void FastRuntime::mlp_out(const FastLayer& L, FastIo& io) const {
   const int64_t d = cfg.hidden_size;
   ahead(io, static_cast<size_t>(io.l) * 4 + 4);
-  run({{&L.down, io.h, d, &L.down_b}}, io.gate, io.n);
+  run({{&L.down, io.h, d, &L.down_b}}, io.gate, io.n, io.split);
   add_into(io.x, io.h, io.n * d);
 }
 
@@ -592,12 +617,19 @@ Status FastRuntime::forward(std::span<const SeqStep> seqs) const {
   const int64_t inter = c.intermediate_size, vocab = c.vocab_size;
   FastIo io;
   io.seqs = seqs;
+  // Rows: the one-token sequences first (io.split of them), then the others, each in call order.
+  auto ntok = [&](size_t s) { return static_cast<int64_t>(seqs[s].tokens.size()); };
+  auto head_rows = [&](size_t s) { return seqs[s].all_logits ? ntok(s) : 1; };
+  io.first.assign(seqs.size(), 0);
   int64_t out_rows = 0;
-  for (const SeqStep& s : seqs) {
-    io.first.push_back(io.n);
-    io.n += static_cast<int64_t>(s.tokens.size());
-    out_rows += s.all_logits ? static_cast<int64_t>(s.tokens.size()) : 1;
-  }
+  for (const bool single : {true, false})
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      if ((ntok(s) == 1) != single) continue;
+      io.first[s] = io.n;
+      io.n += ntok(s);
+      if (single) io.split = io.n;
+    }
+  for (size_t s = 0; s < seqs.size(); ++s) out_rows += head_rows(s);
   const int64_t n = io.n;
 
   auto grow = [](std::vector<float>& v, int64_t size) {
@@ -621,32 +653,34 @@ Status FastRuntime::forward(std::span<const SeqStep> seqs) const {
     run_layer(*this, t.layers[static_cast<size_t>(io.l)], io);
   for (const SeqStep& s : seqs) s.cache->n += static_cast<int64_t>(s.tokens.size());
 
-  // The rows that want logits, gathered, then one head product for all of them.
-  float* xs = io.x;
-  if (out_rows != n) {
-    xs = grow(gate, out_rows * d);  // free once the layers are done
-    int64_t o = 0;
+  // The rows that want logits, gathered (one-row sequences first, as above), then one head
+  // product for all of them.
+  std::vector<int64_t> at(seqs.size());  // each sequence's first row among them
+  int64_t head_split = 0, o = 0;
+  for (const bool single : {true, false})
     for (size_t s = 0; s < seqs.size(); ++s) {
-      const int64_t ns = static_cast<int64_t>(seqs[s].tokens.size());
-      const int64_t rows = seqs[s].all_logits ? ns : 1;
-      std::copy_n(io.x + (io.first[s] + ns - rows) * d, rows * d, xs + o * d);
-      o += rows;
+      if ((head_rows(s) == 1) != single) continue;
+      at[s] = o;
+      o += head_rows(s);
+      if (single) head_split = o;
     }
+  float* xs = io.x;
+  if (out_rows != n || seqs.size() > 1) {
+    xs = grow(gate, out_rows * d);  // free once the layers are done
+    for (size_t s = 0; s < seqs.size(); ++s)
+      std::copy_n(io.x + (io.first[s] + ntok(s) - head_rows(s)) * d, head_rows(s) * d,
+                  xs + at[s] * d);
   }
   norm(xs, t.norm_final, out_rows, d, io.h);
   ahead(io, 0);  // the next token's first product
   if (seqs.size() == 1) {
-    run({{&t.lm_head, seqs[0].logits.data(), vocab, nullptr}}, io.h, out_rows);
+    run({{&t.lm_head, seqs[0].logits.data(), vocab, nullptr}}, io.h, out_rows, head_split);
     return ok_status();
   }
   float* lg = grow(logits_all, out_rows * vocab);
-  run({{&t.lm_head, lg, vocab, nullptr}}, io.h, out_rows);
-  int64_t o = 0;
-  for (const SeqStep& s : seqs) {
-    const int64_t rows = s.all_logits ? static_cast<int64_t>(s.tokens.size()) : 1;
-    std::copy_n(lg + o * vocab, rows * vocab, s.logits.data());
-    o += rows;
-  }
+  run({{&t.lm_head, lg, vocab, nullptr}}, io.h, out_rows, head_split);
+  for (size_t s = 0; s < seqs.size(); ++s)
+    std::copy_n(lg + at[s] * vocab, head_rows(s) * vocab, seqs[s].logits.data());
   return ok_status();
 }
 

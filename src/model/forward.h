@@ -60,8 +60,9 @@ struct RuntimeOptions {
   int64_t read_ahead = 1 << 20;
   bool tiles = true;
   bool amx = true;
-  // Fast runtime: a sequence's logits do not depend on how many others share its forward_batch
-  // call (a server's promise): every batch size takes the same kernels, never OpenBLAS or AMX.
+  // Fast runtime: a sequence's logits do not depend on what else shares its forward_batch call
+  // (a server's promise): one-token sequences take the per-token kernels and longer ones the
+  // batch kernels whatever the batch holds; never OpenBLAS or AMX.
   bool batch_invariant = false;
 };
 

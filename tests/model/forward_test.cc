@@ -503,8 +503,9 @@ std::string write_tiny_q4_model(const testing::TempDir& dir, const std::string& 
   return dir.path();
 }
 
-// batch_invariant: decode steps of several sequences in one call give each the very bits it
-// gets alone (the kernels at every batch size are the ones of one token), on a 4-bit model.
+// batch_invariant: decode steps of several sequences and a prefill in one call give each the
+// very bits it gets alone (one-token rows on the per-token kernels, the others on the tiles,
+// whatever the batch), on a 4-bit model.
 TEST_P(TinyForward, BatchInvariantDecodeIsBitIdenticalToAlone) {
   testing::TempDir dir;
   auto src = open_model(write_tiny_q4_model(dir, GetParam()));
@@ -531,8 +532,15 @@ TEST_P(TinyForward, BatchInvariantDecodeIsBitIdenticalToAlone) {
     }
     for (int s = 0; s < nseq; ++s)
       steps.push_back({std::span<const int32_t>(&next[s], 1), &batched[s], got[s], false});
+    // And a prompt of 6 tokens prefilled beside them, all its logits.
+    const std::vector<int32_t> prompt = {4, 8, 15, 16, 23, 42};
+    KvCache pa = (*t)->new_cache(16), pb = (*t)->new_cache(16);
+    std::vector<float> pwant(prompt.size() * V), pgot(pwant.size());
+    ASSERT_TRUE((*t)->forward(prompt, pa, pwant).ok());
+    steps.insert(steps.begin() + nseq / 2, SeqStep{prompt, &pb, pgot, true});
     ASSERT_TRUE((*t)->forward_batch(steps).ok());
     for (int s = 0; s < nseq; ++s) EXPECT_EQ(want[s], got[s]) << "sequence " << s;
+    EXPECT_EQ(pwant, pgot) << "prefill";
   }
 }
 
