@@ -10,7 +10,7 @@ void Job::append(const std::string& text) {
     std::lock_guard lock(mu_);
     out_.text += text;
   }
-  cv_.notify_all();
+  if (stream) cv_.notify_all();  // a waiter for the end only is not woken per token
 }
 
 void Job::finish(std::string reason, int64_t completion_tokens, const JobTimings& t,
@@ -28,7 +28,7 @@ void Job::finish(std::string reason, int64_t completion_tokens, const JobTimings
 
 JobOutput Job::take(std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
-  cv_.wait_for(lock, timeout, [&] { return out_.done || !out_.text.empty(); });
+  cv_.wait_for(lock, timeout, [&] { return out_.done || (stream && !out_.text.empty()); });
   JobOutput r = out_;
   out_.text.clear();
   return r;

@@ -40,6 +40,7 @@ struct Job {
   std::vector<int32_t> prompt;
   GenerationOptions gen;  // max_tokens already capped to the context
   Clock::time_point arrived = Clock::now();
+  bool stream = false;  // the HTTP side wants each piece (else it waits for the end only)
   std::atomic<bool> cancelled{false};
 
   // Scheduler side.

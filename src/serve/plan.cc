@@ -58,6 +58,7 @@ std::variant<std::shared_ptr<Job>, ApiError> plan_job(const CompletionRequest& r
   job->gen.stop = r.stop;
   job->gen.eos = m.eos;
   job->gen.drop_incomplete_tail = true;
+  job->stream = r.stream;
   return job;
 }
 
