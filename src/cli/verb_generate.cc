@@ -13,13 +13,11 @@
 #include "cli/runtime_flags.h"
 #include "cli/verb.h"
 #include "eval/bench.h"
-#include "kernels/sampling.h"
 #include "model/forward.h"
+#include "model/generation.h"
 #include "model/model_chat.h"
 #include "model/model_source.h"
 #include "model/model_tokenizer.h"
-#include "text/chat_template.h"
-#include "text/stream_decoder.h"
 
 namespace tq::cli {
 namespace {
@@ -45,17 +43,12 @@ double seconds_since(Clock::time_point t) {
 Result<std::string> prompt_text(const GenerateOptions& o, const ModelSource& m,
                                 const ModelChat& chat) {
   if (!o.chat) return o.prompt;
-  if (!chat.chat_template)
-    return err("{}: the model has no chat template ({}); run without --chat", m.path,
-               chat.template_source);
+  auto prompter = ChatPrompter::make(chat);
+  if (!prompter) return err("{}: {}; run without --chat", m.path, prompter.error().message);
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
   if (o.has_system) messages.push_back({{"role", "system"}, {"content", o.system}});
   messages.push_back({{"role", "user"}, {"content", o.prompt}});
-  auto t = ChatTemplate::parse(*chat.chat_template);
-  if (!t) return err("{}: {}", chat.template_source, t.error().message);
-  auto text = t->render(messages, true, chat.special_tokens);
-  if (!text) return err("{}: {}", chat.template_source, text.error().message);
-  return text;
+  return prompter->render(messages);
 }
 
 void write_out(const std::string& s) {
@@ -76,10 +69,6 @@ Status run_generate(const GenerateOptions& o) {
   // A chat template writes its own BOS; a plain prompt gets the post-processor's (mlx-lm).
   std::vector<int32_t> prompt = tok.encode(text, /*add_special=*/!o.chat);
   if (prompt.empty()) return err("the prompt is empty after tokenization");
-  std::vector<int32_t> eos = chat.eos_ids;
-  if (chat.eos_token) {
-    if (auto id = tok.token_to_id(*chat.eos_token)) eos.push_back(*id);
-  }
   TQ_TRY(auto model, Transformer::load(m, o.runtime));
   const int64_t vocab = model->config().vocab_size;
   for (int32_t id : prompt) {
@@ -95,37 +84,33 @@ Status run_generate(const GenerateOptions& o) {
   TQ_CHECK_OK(model->forward(prompt, cache, logits, /*all_logits=*/false));
   const double prefill_s = seconds_since(t_prefill);
 
-  Sampler sampler(o.sampling);
   // As mlx-lm prints generations: its BPE detokenizer drops the first leading space.
-  StreamDecoder stream(tok, tok.byte_level_decoder());
+  Generation gen(tok, {.sampling = o.sampling,
+                       .eos = end_token_ids(chat, tok),
+                       .max_tokens = o.max_tokens,
+                       .trim_leading_space = tok.byte_level_decoder()});
   std::string generated_text;
-  std::string stop = "max_tokens";
   int64_t decode_steps = 0;  // forward passes after prefill
   const auto t_decode = Clock::now();
-  for (int64_t n = 0; n < o.max_tokens; ++n) {
-    const int32_t next = sampler.next(logits);
-    if (std::find(eos.begin(), eos.end(), next) != eos.end()) {
-      stop = "eos";
-      break;
-    }
-    std::string piece = stream.add(next);
+  for (;;) {
+    const int32_t next = gen.sample(logits);
+    std::string piece = gen.accept(next);
     generated_text += piece;
     if (!o.json) write_out(piece);
-    if (n + 1 == o.max_tokens) break;  // no forward for a token nobody will sample
+    if (gen.finish() != Finish::kNone) break;  // no forward for a token nobody will sample
     const int32_t one[1] = {next};
     TQ_CHECK_OK(model->forward(one, cache, logits, false));
     ++decode_steps;
   }
-  std::string tail = stream.finish();
-  generated_text += tail;
+  const std::string stop = gen.eos_seen() ? "eos" : "max_tokens";
   const double decode_s = seconds_since(t_decode);
-  const auto n_gen = static_cast<int64_t>(stream.tokens().size());
+  const int64_t n_gen = gen.count();
   const double prefill_tps = prefill_s > 0 ? static_cast<double>(prompt.size()) / prefill_s : 0;
   const double decode_tps = decode_s > 0 ? static_cast<double>(decode_steps) / decode_s : 0;
   if (o.json) {
     nlohmann::json j = {{"prompt", text},
                         {"prompt_tokens", prompt},
-                        {"tokens", stream.tokens()},
+                        {"tokens", gen.tokens()},
                         {"text", generated_text},
                         {"stop", stop},
                         {"load_s", load_s},
@@ -135,7 +120,7 @@ Status run_generate(const GenerateOptions& o) {
                         {"cpu", eval::cpu_json(cpu_info())}};
     write_out(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   } else {
-    write_out(tail + "\n");
+    write_out("\n");
   }
   std::fprintf(stderr,
                "tq generate: prompt %zu tokens, %.1f tok/s | generated %lld tokens, %.1f tok/s | "

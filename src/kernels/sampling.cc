@@ -11,7 +11,22 @@ Status validate(const SamplingOptions& o) {
     return err("--temp must be a finite number >= 0, got {}", o.temperature);
   if (!(o.top_p > 0.0 && o.top_p <= 1.0)) return err("--top-p must be in (0, 1], got {}", o.top_p);
   if (o.top_k < 0) return err("--top-k must be >= 0, got {}", o.top_k);
+  if (!(o.min_p >= 0.0 && o.min_p <= 1.0)) return err("--min-p must be in [0, 1], got {}", o.min_p);
   return ok_status();
+}
+
+void adjust_logits(std::span<float> logits, const LogitAdjust& a,
+                   std::span<const std::pair<int32_t, int32_t>> counts) {
+  const auto n = static_cast<int64_t>(logits.size());
+  if (a.presence_penalty != 0 || a.frequency_penalty != 0) {
+    for (const auto& [id, c] : counts) {
+      if (id < 0 || id >= n || c <= 0) continue;
+      logits[static_cast<size_t>(id)] -=
+          static_cast<float>(c * a.frequency_penalty + a.presence_penalty);
+    }
+  }
+  for (const auto& [id, b] : a.bias)
+    if (id >= 0 && id < n) logits[static_cast<size_t>(id)] += b;
 }
 
 int32_t argmax(std::span<const float> logits) {
@@ -61,6 +76,12 @@ int32_t Sampler::next(std::span<const float> logits) {
       }
     }
     while (keep < n && value(order_[keep]) == value(order_[keep - 1])) ++keep;
+  }
+  if (o_.min_p > 0.0) {  // p >= min_p * p_max  <=>  logit >= top + log(min_p)
+    const double floor = top + std::log(o_.min_p);
+    size_t r = 1;
+    while (r < keep && value(order_[r]) >= floor) ++r;
+    keep = r;
   }
   if (o_.top_k > 0 && static_cast<size_t>(o_.top_k) < keep) keep = static_cast<size_t>(o_.top_k);
 

@@ -1,0 +1,64 @@
+// tq serve MODEL: the OpenAI-compatible HTTP server (serve/server.h) with the runtime flags.
+#include <memory>
+
+#include "cli/runtime_flags.h"
+#include "cli/verb.h"
+#include "serve/server.h"
+
+namespace tq::cli {
+namespace {
+
+Status check(const serve::ServeOptions& o) {
+  const auto& s = o.scheduler;
+  if (o.port < 0 || o.port > 65535) return err("--port must be in [0, 65535], got {}", o.port);
+  if (o.ctx < 0) return err("--ctx must be >= 0, got {}", o.ctx);
+  if (s.max_seqs < 1) return err("--max-seqs must be >= 1, got {}", s.max_seqs);
+  if (s.batch < 0) return err("--batch must be >= 0, got {}", s.batch);
+  if (s.queue < 0) return err("--queue must be >= 0, got {}", s.queue);
+  if (s.prefill_chunk < 1) return err("--prefill-chunk must be >= 1, got {}", s.prefill_chunk);
+  if (s.step_tokens < 1) return err("--step-tokens must be >= 1, got {}", s.step_tokens);
+  if (!(o.drain_timeout_s >= 0)) return err("--drain-timeout must be >= 0");
+  return ok_status();
+}
+
+const bool kRegistered = register_verb(
+    {"serve", "OpenAI-compatible HTTP server (chat, completions, streaming, metrics)", 75,
+     [](CLI::App& app) -> VerbRun {
+       auto o = std::make_shared<serve::ServeOptions>();
+       app.add_option("model", o->model, "HF or MLX safetensors directory, or a GGUF file")
+           ->required();
+       app.add_option("--host", o->host, "address to listen on")->capture_default_str();
+       app.add_option("--port", o->port, "TCP port (0: any free one, printed)")
+           ->capture_default_str();
+       app.add_option("--ctx", o->ctx,
+                      "tokens per sequence, prompt and completion (0: the model's context)")
+           ->capture_default_str();
+       app.add_option("--max-seqs", o->scheduler.max_seqs, "sequences running at once")
+           ->capture_default_str();
+       app.add_option("--batch", o->scheduler.batch,
+                      "sequences per batched step (0: --max-seqs; 1: one request at a time)")
+           ->capture_default_str();
+       app.add_option("--queue", o->scheduler.queue,
+                      "requests waiting beyond the free slots; more get 429")
+           ->capture_default_str();
+       app.add_option("--prefill-chunk", o->scheduler.prefill_chunk,
+                      "prompt tokens per sequence and step")
+           ->capture_default_str();
+       app.add_option("--step-tokens", o->scheduler.step_tokens,
+                      "tokens per step, decode and prefill (a prefill chunk at least)")
+           ->capture_default_str();
+       app.add_option("--api-key", o->api_key,
+                      "require 'Authorization: Bearer KEY' (except /health)")
+           ->envname("TQ_API_KEY");
+       app.add_option("--drain-timeout", o->drain_timeout_s,
+                      "seconds in-flight requests may finish after SIGINT/SIGTERM")
+           ->capture_default_str();
+       add_runtime_flags(app, &o->runtime);
+       return [o]() -> Status {
+         TQ_CHECK_OK(check(*o));
+         return serve::run_server(*o);
+       };
+     }});
+
+}  // namespace
+}  // namespace tq::cli

@@ -1,0 +1,45 @@
+#include "serve/metrics.h"
+
+#include <fmt/format.h>
+
+namespace tq::serve {
+
+void Metrics::count_finish(std::string_view reason) {
+  for (size_t i = 0; i < kFinish.size(); ++i)
+    if (kFinish[i] == reason) ++finished[i];
+}
+
+void Metrics::count_http(int status) {
+  size_t i = 0;
+  while (i < kStatus.size() && kStatus[i] != status) ++i;
+  ++http[i];
+}
+
+std::string Metrics::prometheus() const {
+  std::string s;
+  auto one = [&](std::string_view name, std::string_view type, std::string_view help, int64_t v) {
+    s += fmt::format("# HELP {0} {1}\n# TYPE {0} {2}\n{0} {3}\n", name, help, type, v);
+  };
+  one("tq_requests_running", "gauge", "Sequences admitted and not finished.", running.load());
+  one("tq_requests_waiting", "gauge", "Requests queued for admission.", waiting.load());
+  one("tq_kv_cache_bytes", "gauge", "Bytes of the running sequences' KV caches.", kv_bytes.load());
+  one("tq_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
+      prompt_tokens.load());
+  one("tq_generation_tokens_total", "counter", "Tokens generated.", generation_tokens.load());
+  one("tq_steps_total", "counter", "Batched forward passes.", steps.load());
+  one("tq_step_tokens_total", "counter", "Tokens those passes carried.", step_rows.load());
+  s += "# HELP tq_requests_finished_total Requests finished, by finish reason.\n"
+       "# TYPE tq_requests_finished_total counter\n";
+  for (size_t i = 0; i < kFinish.size(); ++i)
+    s += fmt::format("tq_requests_finished_total{{finish_reason=\"{}\"}} {}\n", kFinish[i],
+                     finished[i].load());
+  s += "# HELP tq_http_responses_total HTTP responses, by status.\n"
+       "# TYPE tq_http_responses_total counter\n";
+  for (size_t i = 0; i <= kStatus.size(); ++i) {
+    const std::string code = i < kStatus.size() ? std::to_string(kStatus[i]) : "other";
+    s += fmt::format("tq_http_responses_total{{code=\"{}\"}} {}\n", code, http[i].load());
+  }
+  return s;
+}
+
+}  // namespace tq::serve

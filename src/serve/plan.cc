@@ -1,0 +1,65 @@
+#include "serve/plan.h"
+
+#include <fmt/format.h>
+
+#include <random>
+
+namespace tq::serve {
+
+std::variant<std::shared_ptr<Job>, ApiError> plan_job(const CompletionRequest& r,
+                                                      const ModelInfo& m, std::string job_id) {
+  if (r.model && *r.model != m.id)
+    return ApiError{
+        404, fmt::format("The model '{}' does not exist; this server serves '{}'", *r.model, m.id),
+        "invalid_request_error", "model", "model_not_found"};
+  const bool chat = r.endpoint == Endpoint::kChat;
+  const char* prompt_param = chat ? "messages" : "prompt";
+  auto job = std::make_shared<Job>();
+  job->id = std::move(job_id);
+  if (chat) {
+    if (m.prompter == nullptr)
+      return bad_request("messages", "invalid_value",
+                         "this model has no chat template; use /v1/completions");
+    auto text = m.prompter->render(r.messages);
+    if (!text) return bad_request("messages", "invalid_value", text.error().message);
+    // The template writes its own BOS, as `tq generate --chat`.
+    job->prompt = m.tokenizer->encode(*text, /*add_special=*/false);
+  } else if (r.prompt_is_ids) {
+    for (size_t i = 0; i < r.prompt_ids.size(); ++i)
+      if (r.prompt_ids[i] >= m.vocab)
+        return bad_request(fmt::format("prompt[{}]", i), "invalid_value",
+                           fmt::format("token id {} is outside the vocabulary ({} tokens)",
+                                       r.prompt_ids[i], m.vocab));
+    job->prompt = r.prompt_ids;
+  } else {
+    job->prompt = m.tokenizer->encode(r.prompt_text, /*add_special=*/true);
+  }
+  for (const auto& [id, b] : r.adjust.bias)
+    if (id >= m.vocab)
+      return bad_request(
+          fmt::format("logit_bias.{}", id), "invalid_value",
+          fmt::format("token id {} is outside the vocabulary ({} tokens)", id, m.vocab));
+  const auto len = static_cast<int64_t>(job->prompt.size());
+  if (len == 0) return bad_request(prompt_param, "invalid_value", "the prompt has no tokens");
+  if (len >= m.ctx)
+    return bad_request(prompt_param, "context_length_exceeded",
+                       fmt::format("the prompt has {} tokens; this server's context is {} tokens "
+                                   "(prompt and completion), so it leaves no room to generate",
+                                   len, m.ctx));
+  // max_tokens is a ceiling: what does not fit the context ends with finish_reason "length".
+  const int64_t room = m.ctx - len;
+  job->gen.max_tokens = r.max_tokens ? std::min(*r.max_tokens, room) : room;
+  job->gen.sampling = r.sampling;
+  if (!r.seeded) {
+    std::random_device rd;
+    job->gen.sampling.seed = (uint64_t{rd()} << 32) | rd();
+  }
+  job->gen.adjust = r.adjust;
+  job->gen.stop = r.stop;
+  job->gen.eos = m.eos;
+  job->gen.drop_incomplete_tail = true;
+  job->stream = r.stream;
+  return job;
+}
+
+}  // namespace tq::serve

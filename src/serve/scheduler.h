@@ -1,0 +1,66 @@
+// The thread that owns the model. Each step it decodes one token for every running sequence
+// and prefills waiting prompts in chunks, all in ONE Transformer::forward_batch call (each
+// weight read once for every sequence), within a token budget so running streams keep flowing
+// while a long prompt is admitted. First come, first served.
+//
+// A sequence's tokens depend only on its own request: its own sampler and RNG, and prefill
+// chunks cut at multiples of prefill_chunk from position 0, whatever runs beside it.
+// KV memory: one cache per sequence, sized prompt + max_tokens (fixed-size blocks come later).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "model/forward.h"
+#include "serve/job.h"
+#include "serve/metrics.h"
+#include "text/tokenizer.h"
+
+namespace tq::serve {
+
+struct SchedulerOptions {
+  int max_seqs = 4;             // sequences running at once
+  int batch = 0;                // sequences per step (0: max_seqs); 1: the strict serial executor
+  int queue = 16;               // requests waiting beyond the free running slots
+  int64_t prefill_chunk = 128;  // prompt tokens per sequence per step
+  int64_t step_tokens = 256;    // tokens per step (decode rows + prefill), one chunk at least
+  bool log = true;              // one line per finished request on stderr
+};
+
+class Scheduler {
+ public:
+  Scheduler(const Transformer& model, const Tokenizer& tok, SchedulerOptions o, Metrics& m);
+  ~Scheduler();
+
+  // False when the queue is full (the caller answers 429).
+  bool submit(std::shared_ptr<Job> job);
+  // Nothing running or waiting.
+  bool idle() const;
+  // Ends every job still running or waiting (finish reason "cancelled") and joins the thread.
+  void shutdown();
+
+ private:
+  struct Seq;
+  void run();
+  void step(std::vector<std::unique_ptr<Seq>>& running);
+  void retire(Seq& s, const char* reason, std::string error = {});
+
+  const Transformer& model_;
+  const Tokenizer& tok_;
+  SchedulerOptions o_;
+  Metrics& m_;
+  int max_running_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> waiting_;
+  int64_t running_count_ = 0;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace tq::serve

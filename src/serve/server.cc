@@ -1,0 +1,368 @@
+#include "serve/server.h"
+
+#include <httplib.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <thread>
+
+#include "model/model_chat.h"
+#include "model/model_source.h"
+#include "model/model_tokenizer.h"
+#include "serve/peer_socket.h"
+#include "serve/plan.h"
+#include "serve/request.h"
+#include "serve/responses.h"
+
+namespace tq::serve {
+namespace {
+
+using json = nlohmann::json;
+using httplib::Request;
+using httplib::Response;
+
+constexpr auto kPoll = std::chrono::milliseconds(20);  // how often a waiting handler looks up
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+void send_error(Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(dump(error_body(e)), "application/json");
+}
+
+void send_json(Response& res, const json& j) {
+  res.status = 200;
+  res.set_content(dump(j), "application/json");
+}
+
+ApiError unavailable(std::string why) {
+  return ApiError{503, std::move(why), "server_error", std::nullopt, "service_unavailable"};
+}
+
+// Same time whatever prefix of the key matches.
+bool same_key(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i % (b.empty() ? 1 : b.size())];
+  return diff == 0 && !b.empty();
+}
+
+enum class Phase : int { kLoading, kReady, kDraining };
+
+class Service {
+ public:
+  explicit Service(const ServeOptions& o) : o_(o) {}
+
+  Status load_text(const ModelSource& m) {
+    namespace fs = std::filesystem;
+    fs::path p(o_.model);
+    if (!p.has_filename()) p = p.parent_path();
+    info_.id = p.filename().string();
+    TQ_TRY(Tokenizer tok, load_model_tokenizer(m));
+    tok_.emplace(std::move(tok));
+    TQ_TRY(ModelChat chat, load_model_chat(m));
+    if (auto pr = ChatPrompter::make(chat); pr.ok()) {
+      prompter_.emplace(std::move(pr).value());
+      info_.prompter = &*prompter_;
+    } else {
+      std::fprintf(stderr, "tq serve: warning: %s; /v1/chat/completions will answer 400\n",
+                   pr.error().message.c_str());
+    }
+    info_.tokenizer = &*tok_;
+    info_.eos = end_token_ids(chat, *tok_);
+    return ok_status();
+  }
+
+  Status load_model(const ModelSource& m) {
+    TQ_TRY(model_, Transformer::load(m, o_.runtime));
+    const auto& cfg = model_->config();
+    info_.vocab = cfg.vocab_size;
+    info_.ctx = o_.ctx > 0                        ? o_.ctx
+                : cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings
+                                                  : 4096;
+    scheduler_ = std::make_unique<Scheduler>(*model_, *tok_, o_.scheduler, metrics_);
+    phase_ = Phase::kReady;
+    return ok_status();
+  }
+
+  void install(httplib::Server& svr);
+  Phase phase() const { return phase_; }
+  void drain() { phase_ = Phase::kDraining; }
+  bool idle() const { return !scheduler_ || scheduler_->idle(); }
+  void shutdown() {
+    if (scheduler_) scheduler_->shutdown();
+  }
+  const ModelInfo& info() const { return info_; }
+  const std::string& runtime_name() const { return runtime_name_; }
+  void set_runtime_name() { runtime_name_ = model_->runtime_name(); }
+
+ private:
+  void completion(const Request& req, Response& res, Endpoint ep);
+  std::string next_id(Endpoint ep) {
+    return fmt::format("{}{:016x}", ep == Endpoint::kChat ? "chatcmpl-" : "cmpl-",
+                       (uint64_t{static_cast<uint64_t>(std::time(nullptr))} << 24) + ++ids_);
+  }
+
+  const ServeOptions& o_;
+  std::atomic<Phase> phase_{Phase::kLoading};
+  std::optional<Tokenizer> tok_;
+  std::optional<ChatPrompter> prompter_;
+  ModelInfo info_;
+  std::unique_ptr<Transformer> model_;
+  std::unique_ptr<Scheduler> scheduler_;
+  Metrics metrics_;
+  std::atomic<uint64_t> ids_{0};
+  std::string runtime_name_;
+};
+
+void Service::completion(const Request& req, Response& res, Endpoint ep) {
+  if (phase_ != Phase::kReady)
+    return send_error(res, unavailable(phase_ == Phase::kLoading ? "the model is loading"
+                                                                 : "the server is shutting down"));
+  auto parsed = parse_completion_request(req.body, ep);
+  if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
+  const CompletionRequest& r = std::get<CompletionRequest>(parsed);
+  auto planned = plan_job(r, info_, next_id(ep));
+  if (auto* e = std::get_if<ApiError>(&planned)) return send_error(res, *e);
+  std::shared_ptr<Job> job = std::get<std::shared_ptr<Job>>(planned);
+  if (!scheduler_->submit(job)) {
+    if (phase_ != Phase::kReady) return send_error(res, unavailable("the server is shutting down"));
+    res.set_header("Retry-After", "1");
+    return send_error(res, ApiError{429, "the server's queue is full; retry later",
+                                    "rate_limit_error", std::nullopt, "queue_full"});
+  }
+  const int fd = find_peer_socket(req.remote_addr, req.remote_port, req.local_port);
+  const ResponseHead head{job->id, info_.id, static_cast<int64_t>(std::time(nullptr)), ep};
+  const auto prompt_tokens = static_cast<int64_t>(job->prompt.size());
+
+  if (!r.stream) {
+    std::string text;
+    for (;;) {
+      JobOutput out = job->take(kPoll);
+      text += out.text;
+      if (out.done) {
+        if (out.finish_reason == "error")
+          return send_error(
+              res, ApiError{500, out.error, "server_error", std::nullopt, "internal_error"});
+        if (out.finish_reason == "cancelled")
+          return send_error(res, unavailable(out.error.empty() ? "cancelled" : out.error));
+        return send_json(res, completion_body(head, text, out.finish_reason, prompt_tokens, out));
+      }
+      if (peer_gone(fd)) {  // nobody to answer: free the sequence at the next step
+        job->cancelled = true;
+        return send_error(res, unavailable("the client went away"));
+      }
+    }
+  }
+
+  const bool usage = r.include_usage;
+  res.set_header("Cache-Control", "no-cache");
+  auto first = std::make_shared<bool>(true);
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [job, head, usage, prompt_tokens, fd, first](size_t, httplib::DataSink& sink) {
+        auto send = [&](const json& j) {
+          const std::string ev = sse_event(j);
+          return sink.write(ev.data(), ev.size());
+        };
+        auto give_up = [&] {  // the client is gone: free the sequence at the next step
+          job->cancelled = true;
+          return false;
+        };
+        if (*first) {  // the role alone first, as OpenAI does
+          *first = false;
+          const std::string empty;
+          const bool chat = head.endpoint == Endpoint::kChat;
+          if (!send(chunk_body(head, chat ? &empty : nullptr, true, nullptr, usage)))
+            return give_up();
+        }
+        JobOutput out = job->take(kPoll);
+        if (!out.text.empty() && !send(chunk_body(head, &out.text, false, nullptr, usage)))
+          return give_up();
+        if (!out.done) return peer_gone(fd) ? give_up() : true;
+        if (out.finish_reason == "error" || out.finish_reason == "cancelled") {
+          const int status = out.finish_reason == "error" ? 500 : 503;
+          send(error_body(ApiError{status, out.error.empty() ? out.finish_reason : out.error,
+                                   "server_error", std::nullopt, out.finish_reason}));
+        } else {
+          send(chunk_body(head, nullptr, false, &out.finish_reason, usage));
+          if (usage) send(usage_chunk_body(head, prompt_tokens, out));
+        }
+        static const std::string kDone = "data: [DONE]\n\n";
+        sink.write(kDone.data(), kDone.size());
+        sink.done();
+        return true;
+      },
+      [job](bool) { job->cancelled = true; });  // a no-op once it is done
+}
+
+void Service::install(httplib::Server& svr) {
+  svr.set_pre_routing_handler([this](const Request& req, Response& res) {
+    if (o_.api_key.empty() || req.path == "/health" || req.path == "/health/ready")
+      return httplib::Server::HandlerResponse::Unhandled;
+    const std::string auth = req.get_header_value("Authorization");
+    const std::string want = "Bearer " + o_.api_key;
+    if (same_key(auth, want)) return httplib::Server::HandlerResponse::Unhandled;
+    send_error(res, ApiError{401,
+                             auth.empty() ? "missing API key (Authorization: Bearer KEY)"
+                                          : "wrong API key",
+                             "invalid_request_error", std::nullopt, "invalid_api_key"});
+    return httplib::Server::HandlerResponse::Handled;
+  });
+  // cpp-httplib's own refusals (no route, body too large, bad request line) in OpenAI's shape.
+  svr.set_error_handler(
+      httplib::Server::HandlerWithResponse([this](const Request& req, Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        ApiError e{res.status, "bad request", "invalid_request_error", std::nullopt, "bad_request"};
+        if (res.status == 404) {
+          e.message = fmt::format("no route {} {}", req.method, req.path);
+          e.code = "not_found";
+        } else if (res.status == 413) {
+          e.message = fmt::format("the body is larger than {} bytes", o_.max_body_bytes);
+          e.code = "request_too_large";
+        } else if (res.status >= 500) {
+          e.message = "internal error";
+          e.type = "server_error";
+          e.code = "internal_error";
+        }
+        res.set_content(dump(error_body(e)), "application/json");
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+  svr.set_exception_handler([](const Request&, Response& res, std::exception_ptr ep) {
+    std::string what = "internal error";
+    try {
+      if (ep) std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    send_error(res, ApiError{500, what, "server_error", std::nullopt, "internal_error"});
+  });
+  svr.set_logger([this](const Request&, const Response& res) { metrics_.count_http(res.status); });
+
+  svr.Get("/health", [](const Request&, Response& res) { send_json(res, {{"status", "ok"}}); });
+  svr.Get("/health/ready", [this](const Request&, Response& res) {
+    if (phase_ == Phase::kReady) return send_json(res, {{"status", "ready"}});
+    send_error(res, unavailable(phase_ == Phase::kLoading ? "loading" : "draining"));
+  });
+  svr.Get("/metrics", [this](const Request&, Response& res) {
+    res.set_content(metrics_.prometheus(), "text/plain; version=0.0.4");
+  });
+  auto model_json = [this] {
+    return json{{"id", info_.id},
+                {"object", "model"},
+                {"created", 0},
+                {"owned_by", "turboquant"},
+                {"max_model_len", info_.ctx}};
+  };
+  svr.Get("/v1/models", [model_json](const Request&, Response& res) {
+    send_json(res, {{"object", "list"}, {"data", json::array({model_json()})}});
+  });
+  svr.Get(R"(/v1/models/(.+))", [this, model_json](const Request& req, Response& res) {
+    if (req.matches[1] == info_.id) return send_json(res, model_json());
+    send_error(res,
+               ApiError{404, fmt::format("The model '{}' does not exist", req.matches[1].str()),
+                        "invalid_request_error", "model", "model_not_found"});
+  });
+  svr.Post("/v1/chat/completions",
+           [this](const Request& req, Response& res) { completion(req, res, Endpoint::kChat); });
+  svr.Post("/v1/completions", [this](const Request& req, Response& res) {
+    completion(req, res, Endpoint::kCompletion);
+  });
+  svr.Post("/tokenize", [this](const Request& req, Response& res) {
+    auto r = parse_tokenize_request(req.body);
+    if (auto* e = std::get_if<ApiError>(&r)) return send_error(res, *e);
+    const auto& t = std::get<TokenizeRequest>(r);
+    send_json(res, {{"tokens", tok_->encode(t.content, t.add_special)}});
+  });
+  svr.Post("/detokenize", [this](const Request& req, Response& res) {
+    auto r = parse_detokenize_request(req.body);
+    if (auto* e = std::get_if<ApiError>(&r)) return send_error(res, *e);
+    const auto& ids = std::get<std::vector<int32_t>>(r);
+    for (size_t i = 0; i < ids.size(); ++i)
+      if (ids[i] >= tok_->vocab_size())
+        return send_error(
+            res, bad_request(fmt::format("tokens[{}]", i), "invalid_value",
+                             fmt::format("token id {} is outside the vocabulary", ids[i])));
+    send_json(res, {{"content", tok_->decode(ids)}});
+  });
+}
+
+// SIGINT/SIGTERM set a flag the main thread polls (a handler, not sigwait: threads that
+// libraries start before main, such as OpenBLAS's, do not block signals).
+volatile sig_atomic_t g_signalled = 0;
+void on_signal(int) { g_signalled = 1; }
+
+bool wait_for_signal(const std::atomic<bool>& failed) {
+  while (!failed && !g_signalled) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  return g_signalled != 0;
+}
+
+}  // namespace
+
+Status run_server(const ServeOptions& o) {
+  g_signalled = 0;
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a death
+
+  TQ_TRY(ModelSource m, open_model(o.model));
+  Service service(o);
+  TQ_CHECK_OK(service.load_text(m));
+
+  httplib::Server svr;
+  const size_t threads = static_cast<size_t>(o.scheduler.max_seqs + o.scheduler.queue) + 8;
+  svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  svr.set_payload_max_length(o.max_body_bytes);
+  svr.set_read_timeout(10, 0);
+  svr.set_write_timeout(10, 0);
+  svr.set_keep_alive_timeout(5);
+  service.install(svr);
+  int port = o.port;
+  if (port == 0) {
+    port = svr.bind_to_any_port(o.host);
+    if (port < 0) return err("cannot listen on {} (any port)", o.host);
+  } else if (!svr.bind_to_port(o.host, port)) {
+    return err("cannot listen on {}:{} (in use, or not an address of this machine)", o.host, port);
+  }
+  std::atomic<bool> failed{false};
+  std::thread http([&] {
+    if (!svr.listen_after_bind()) failed = true;
+  });
+  std::fprintf(stderr, "tq serve: listening on http://%s:%d (loading %s)\n", o.host.c_str(), port,
+               o.model.c_str());
+  Status loaded = service.load_model(m);
+  if (!loaded.ok()) {
+    svr.stop();
+    http.join();
+    return loaded;
+  }
+  service.set_runtime_name();
+  std::fprintf(stderr, "tq serve: ready: model %s, context %lld, %s\n", service.info().id.c_str(),
+               static_cast<long long>(service.info().ctx), service.runtime_name().c_str());
+
+  const bool signalled = wait_for_signal(failed);
+  service.drain();
+  if (signalled) {
+    std::fprintf(stderr, "tq serve: stopping: no new requests; draining for up to %.0f s\n",
+                 o.drain_timeout_s);
+    const auto until = Clock::now() + std::chrono::duration<double>(o.drain_timeout_s);
+    while (!service.idle() && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  service.shutdown();
+  svr.stop();
+  http.join();
+  if (failed && !signalled) return err("the HTTP server stopped unexpectedly");
+  std::fprintf(stderr, "tq serve: stopped\n");
+  return ok_status();
+}
+
+}  // namespace tq::serve

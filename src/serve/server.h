@@ -1,0 +1,30 @@
+// `tq serve`: the OpenAI-compatible HTTP server over the scheduler. run_server listens at once
+// (GET /health/ready answers 503 while the model loads), serves until SIGINT or SIGTERM, then
+// stops admitting (503), lets in-flight requests finish within drain_timeout_s, and returns.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "base/result.h"
+#include "model/forward.h"
+#include "serve/scheduler.h"
+
+namespace tq::serve {
+
+struct ServeOptions {
+  std::string model;  // MLX dir, HF dir or GGUF file
+  std::string host = "127.0.0.1";
+  int port = 8080;      // 0: any free port (printed)
+  int64_t ctx = 0;      // tokens per sequence (0: the model's max_position_embeddings)
+  std::string api_key;  // empty: no authentication
+  double drain_timeout_s = 30;
+  size_t max_body_bytes = size_t{4} << 20;
+  SchedulerOptions scheduler;
+  RuntimeOptions runtime;
+};
+
+Status run_server(const ServeOptions& o);
+
+}  // namespace tq::serve

@@ -1,0 +1,34 @@
+// The `openai` npm package against `tq serve`: chat (streamed and not), completions and an error.
+// Usage: node serve_openai_client.cjs BASE_URL MODEL; prints one JSON object.
+const path = require("path");
+const { OpenAI } = require(path.join(process.env.TQ_NPM, "node_modules", "openai"));
+
+async function main() {
+  const [baseURL, model] = process.argv.slice(2);
+  const client = new OpenAI({ baseURL, apiKey: "none", maxRetries: 0 });
+  const messages = [{ role: "user", content: "Name a colour." }];
+  const chat = await client.chat.completions.create({ model, messages, max_tokens: 12, temperature: 0 });
+  let streamed = "";
+  let usage = null;
+  const stream = await client.chat.completions.create({
+    model, messages, max_tokens: 12, temperature: 0, stream: true,
+    stream_options: { include_usage: true },
+  });
+  for await (const chunk of stream) {
+    if (chunk.choices.length) streamed += chunk.choices[0].delta.content || "";
+    if (chunk.usage) usage = chunk.usage;
+  }
+  const completion = await client.completions.create({ model, prompt: "Once upon a time", max_tokens: 8, temperature: 0 });
+  let error = null;
+  try {
+    await client.chat.completions.create({ model, messages, temperature: 7 });
+  } catch (e) {
+    error = { status: e.status, code: e.code, param: e.param };
+  }
+  console.log(JSON.stringify({
+    chat: chat.choices[0].message.content, finish: chat.choices[0].finish_reason,
+    usage: chat.usage, streamed, stream_usage: usage, completion: completion.choices[0].text, error,
+  }));
+}
+
+main().catch((e) => { console.error(String(e)); process.exit(1); });

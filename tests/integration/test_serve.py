@@ -1,0 +1,344 @@
+"""`tq serve` end to end on SmolLM2-135M (GGUF): the real `openai` client (chat and completions,
+streamed and not), a table of malformed requests each answered with the right 4xx in OpenAI's
+shape, stop strings, context capping, cancellation on disconnect, metrics that add up, greedy
+outputs that do not depend on the neighbours or on --batch 1, and a clean exit on SIGTERM."""
+import concurrent.futures as cf
+import http.client
+import json
+import socket
+import time
+
+import openai
+import pytest
+
+from serve_helpers import Server
+
+CTX = 512
+
+
+@pytest.fixture(scope="module")
+def server(tq_bin, smollm2_gguf):
+    s = Server(tq_bin, smollm2_gguf, "--threads", "2", "--ctx", str(CTX), "--max-seqs", "4",
+               "--queue", "8")
+    yield s
+    assert s.stop() == 0, "".join(s.log)
+    assert "tq serve: stopped" in "".join(s.log)
+
+
+@pytest.fixture(scope="module")
+def serial(tq_bin, smollm2_gguf):
+    """The strict serial executor, with a key and a queue of one."""
+    s = Server(tq_bin, smollm2_gguf, "--threads", "2", "--ctx", str(CTX), "--batch", "1",
+               "--queue", "1", "--api-key", "sekrit")
+    yield s
+    assert s.stop() == 0, "".join(s.log)
+
+
+def client(srv, key="none"):
+    return openai.OpenAI(base_url=srv.url + "/v1", api_key=key, max_retries=0, timeout=120)
+
+
+def model_id(srv):
+    return json.loads(srv.get("/v1/models", headers={"Authorization": "Bearer sekrit"})[2]
+                      )["data"][0]["id"]
+
+
+CHAT = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
+
+
+def test_models_health_tokenize(server):
+    st, _, body = server.get("/health")
+    assert st == 200 and json.loads(body)["status"] == "ok"
+    models = client(server).models.list()
+    assert [m.id for m in models.data] == ["SmolLM2-135M-Instruct.Q4_1.gguf"]
+    st, _, body = server.post("/tokenize", {"content": "Hello world"})
+    ids = json.loads(body)["tokens"]
+    assert st == 200 and len(ids) >= 2
+    st, _, body = server.post("/detokenize", {"tokens": ids})
+    assert st == 200 and json.loads(body)["content"] == "Hello world"
+
+
+def test_chat_non_streamed_and_streamed_agree(server):
+    c = client(server)
+    r = c.chat.completions.create(model=model_id(server), messages=CHAT, max_tokens=24,
+                                  temperature=0)
+    text = r.choices[0].message.content
+    assert r.choices[0].message.role == "assistant"
+    assert text and r.choices[0].finish_reason in ("stop", "length")
+    assert r.usage.completion_tokens > 0 and r.usage.prompt_tokens > 10
+    assert r.usage.total_tokens == r.usage.prompt_tokens + r.usage.completion_tokens
+    assert r.usage.prompt_tokens_details.cached_tokens == 0
+    t = r.model_extra["timings"]
+    assert t["ttft_ms"] > 0 and t["prefill_ms"] > 0 and t["queue_ms"] >= 0
+
+    chunks = list(c.chat.completions.create(model=model_id(server), messages=CHAT,
+                                            max_tokens=24, temperature=0, stream=True,
+                                            stream_options={"include_usage": True}))
+    deltas = [ch.choices[0].delta.content or "" for ch in chunks if ch.choices]
+    assert "".join(deltas) == text
+    assert chunks[0].choices[0].delta.role == "assistant"
+    finals = [ch.choices[0].finish_reason for ch in chunks if ch.choices]
+    assert finals[-1] == r.choices[0].finish_reason and all(f is None for f in finals[:-1])
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == \
+        r.usage.completion_tokens
+
+
+def test_completions_text_ids_and_stream(server):
+    c = client(server)
+    r = c.completions.create(model=model_id(server), prompt="The quick brown fox", max_tokens=16,
+                             temperature=0)
+    assert r.object == "text_completion" and r.choices[0].text
+    ids = json.loads(server.post("/tokenize", {"content": "The quick brown fox"})[2])["tokens"]
+    r2 = c.completions.create(model=model_id(server), prompt=ids, max_tokens=16, temperature=0)
+    assert r2.choices[0].text == r.choices[0].text
+    streamed = "".join(ch.choices[0].text for ch in c.completions.create(
+        model=model_id(server), prompt="The quick brown fox", max_tokens=16, temperature=0,
+        stream=True) if ch.choices)
+    assert streamed == r.choices[0].text
+
+
+def test_stop_strings_end_the_text_streamed_or_not(server):
+    c = client(server)
+    full = c.completions.create(model=model_id(server), prompt="Count: one, two, three,",
+                                max_tokens=24, temperature=0).choices[0].text
+    assert len(full) > 12, full
+    stop = full[6:9]  # straddles tokens more often than not
+    cut = full[:full.index(stop)]
+    r = c.completions.create(model=model_id(server), prompt="Count: one, two, three,",
+                             max_tokens=24, temperature=0, stop=[stop, "\u2603never"])
+    assert r.choices[0].text == cut and r.choices[0].finish_reason == "stop"
+    streamed = "".join(ch.choices[0].text for ch in c.completions.create(
+        model=model_id(server), prompt="Count: one, two, three,", max_tokens=24,
+        temperature=0, stop=[stop], stream=True) if ch.choices)
+    assert streamed == cut
+
+
+def test_utf8_deltas_are_whole_characters(server):
+    c = client(server)
+    prompt = "Translate to Japanese and add emoji: I love sushi 🍣 and tea 🍵. 日本語:"
+    full = c.completions.create(model=model_id(server), prompt=prompt, max_tokens=40,
+                                temperature=0).choices[0].text
+    deltas = [ch.choices[0].text for ch in c.completions.create(
+        model=model_id(server), prompt=prompt, max_tokens=40, temperature=0, stream=True)
+        if ch.choices]
+    assert "".join(deltas) == full
+    assert all("\ufffd" not in d for d in deltas)
+
+
+def test_max_tokens_is_a_ceiling_and_long_prompts_are_refused(server):
+    c = client(server)
+    ids = json.loads(server.post("/tokenize", {"content": "word " * 2000})[2])["tokens"]
+    prompt = ids[:CTX - 6]
+    r = c.completions.create(model=model_id(server), prompt=prompt, max_tokens=100000,
+                             temperature=0, logit_bias={"2": -100, "0": -100})
+    assert r.choices[0].finish_reason == "length"
+    assert r.usage.completion_tokens == 6 and r.usage.prompt_tokens == CTX - 6
+    with pytest.raises(openai.BadRequestError) as e:
+        c.completions.create(model=model_id(server), prompt=ids[:CTX], max_tokens=4)
+    assert e.value.code == "context_length_exceeded"
+
+
+def _raw(srv, method, path, body=b"", headers=None):
+    conn = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+    h = {"Content-Type": "application/json"}
+    h.update(headers or {})
+    conn.request(method, path, body=body, headers=h)
+    r = conn.getresponse()
+    out = r.status, dict(r.getheaders()), r.read()
+    conn.close()
+    return out
+
+
+MSG = [{"role": "user", "content": "hi"}]
+CH = "/v1/chat/completions"
+CO = "/v1/completions"
+
+
+def _j(**kw):
+    base = {"messages": MSG, "max_tokens": 2}
+    base.update(kw)
+    return json.dumps(base).encode()
+
+
+BAD = [  # (path, body bytes, status, code, param)
+    (CH, b"", 400, "invalid_json", None),
+    (CH, b"{", 400, "invalid_json", None),
+    (CH, b"null", 400, "invalid_json", None),
+    (CH, b"[]", 400, "invalid_json", None),
+    (CH, b'{"messages": NaN}', 400, "invalid_json", None),
+    (CH, b'{"messages": [{"role": "user", "content": "\xff\xfe"}]}', 400, "invalid_json", None),
+    (CH, b'{"messages": [{"role": "user", "content": "\\ud800"}]}', 400, "invalid_json", None),
+    (CH, b'{"messages": [{"role": "user", "content": "hi"}],}', 400, "invalid_json", None),
+    (CH, b"{}", 400, "missing_required_parameter", "messages"),
+    (CH, _j(messages=[]), 400, "invalid_value", "messages"),
+    (CH, _j(messages="hi"), 400, "invalid_type", "messages"),
+    (CH, _j(messages=[{"role": "user"}]), 400, "missing_required_parameter",
+     "messages[0].content"),
+    (CH, _j(messages=[{"role": "wizard", "content": "x"}]), 400, "invalid_value",
+     "messages[0].role"),
+    (CH, _j(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]),
+     400, "unsupported_parameter", "messages[0].content[0].type"),
+    (CH, _j(max_tokens=0), 400, "invalid_value", "max_tokens"),
+    (CH, _j(max_tokens=-1), 400, "invalid_value", "max_tokens"),
+    (CH, _j(max_tokens=10**30), 400, "invalid_value", "max_tokens"),
+    (CH, _j(max_tokens="5"), 400, "invalid_type", "max_tokens"),
+    (CH, _j(max_tokens=1.5), 400, "invalid_type", "max_tokens"),
+    (CH, _j(max_completion_tokens=-3), 400, "invalid_value", "max_completion_tokens"),
+    (CH, _j(temperature=-1), 400, "invalid_value", "temperature"),
+    (CH, _j(temperature=1e9), 400, "invalid_value", "temperature"),
+    (CH, _j(temperature=True), 400, "invalid_type", "temperature"),
+    (CH, _j(top_p=0), 400, "invalid_value", "top_p"),
+    (CH, _j(top_k=-7), 400, "invalid_value", "top_k"),
+    (CH, _j(min_p=1.5), 400, "invalid_value", "min_p"),
+    (CH, _j(seed="abc"), 400, "invalid_type", "seed"),
+    (CH, _j(stop=["a", "b", "c", "d", "e"]), 400, "invalid_value", "stop"),
+    (CH, _j(stop=[""]), 400, "invalid_value", "stop[0]"),
+    (CH, _j(stop={"x": 1}), 400, "invalid_type", "stop"),
+    (CH, _j(presence_penalty=5), 400, "invalid_value", "presence_penalty"),
+    (CH, _j(frequency_penalty="high"), 400, "invalid_type", "frequency_penalty"),
+    (CH, _j(logit_bias={"x": 1}), 400, "invalid_value", "logit_bias"),
+    (CH, _j(logit_bias={"1": 500}), 400, "invalid_value", "logit_bias.1"),
+    (CH, _j(logit_bias={"99999999": 1}), 400, "invalid_value", "logit_bias.99999999"),
+    (CH, _j(n=100), 400, "invalid_value", "n"),
+    (CH, _j(n=2), 400, "unsupported_parameter", "n"),
+    (CH, _j(stream="yes"), 400, "invalid_type", "stream"),
+    (CH, _j(stream_options={"include_usage": True}), 400, "invalid_value", "stream_options"),
+    (CH, _j(tools=[{"type": "function", "function": {"name": "f"}}]), 400,
+     "unsupported_parameter", "tools"),
+    (CH, _j(response_format={"type": "json_object"}), 400, "unsupported_parameter",
+     "response_format"),
+    (CH, _j(logprobs=True), 400, "unsupported_parameter", "logprobs"),
+    (CH, _j(frobnicate=1), 400, "unknown_parameter", "frobnicate"),
+    (CH, _j(model="gpt-4o"), 404, "model_not_found", "model"),
+    (CO, b'{"max_tokens": 2}', 400, "missing_required_parameter", "prompt"),
+    (CO, b'{"prompt": [1, 99999999]}', 400, "invalid_value", "prompt[1]"),
+    (CO, b'{"prompt": ["a", "b"]}', 400, "unsupported_parameter", "prompt"),
+    (CO, b'{"prompt": "x", "echo": true}', 400, "unsupported_parameter", "echo"),
+    (CO, b'{"prompt": ""}', 400, "invalid_value", "prompt"),
+    ("/tokenize", b'{"content": 5}', 400, "invalid_type", "content"),
+    ("/detokenize", b'{"tokens": [-1]}', 400, "invalid_value", "tokens[0]"),
+    ("/v1/nothing", b"{}", 404, "not_found", None),
+    (CH, b"x" * (10 << 20), 413, "request_too_large", None),
+]
+
+
+@pytest.mark.parametrize("path,body,status,code,param", BAD,
+                         ids=[f"{i}-{b[3]}" for i, b in enumerate(BAD)])
+def test_malformed_requests_get_typed_4xx(server, path, body, status, code, param):
+    st, _, raw = _raw(server, "POST", path, body)
+    assert st == status, raw[:300]
+    err = json.loads(raw)["error"]
+    assert set(err) == {"message", "type", "param", "code"} and err["message"]
+    assert err["code"] == code and err["param"] == param, err
+
+
+def test_server_answers_after_the_bad_requests(server):
+    st, _, raw = _raw(server, "GET", "/v1/models/none")
+    assert st == 404 and json.loads(raw)["error"]["code"] == "model_not_found"
+    st, _, raw = _raw(server, "POST", CH, _j(max_tokens=3))
+    assert st == 200 and json.loads(raw)["choices"][0]["message"]["content"] is not None
+
+
+def _greedy(srv, prompts, concurrent, **extra):
+    c = client(srv, key="sekrit")
+
+    def one(p):
+        return c.completions.create(model=model_id(srv), prompt=p, max_tokens=24,
+                                    **({"temperature": 0} | extra)).choices[0].text
+    if not concurrent:
+        return [one(p) for p in prompts]
+    with cf.ThreadPoolExecutor(len(prompts)) as ex:
+        return list(ex.map(one, prompts))
+
+
+PROMPTS = ["Once upon a time", "The three laws of robotics are",
+           "def fibonacci(n):", "Paris is a city where"]
+
+
+def test_outputs_do_not_depend_on_neighbours_or_batch(server, serial):
+    alone = _greedy(server, PROMPTS, False)
+    assert _greedy(server, PROMPTS, True) == alone
+    assert _greedy(serial, PROMPTS, False) == alone
+    seeded = _greedy(server, PROMPTS, False, temperature=0.8, seed=11)
+    assert _greedy(server, PROMPTS, True, temperature=0.8, seed=11) == seeded
+
+
+def test_api_key_and_full_queue(serial):
+    st, _, raw = _raw(serial, "POST", CH, _j())
+    assert st == 401 and json.loads(raw)["error"]["code"] == "invalid_api_key"
+    st, _, raw = _raw(serial, "POST", CH, _j(), {"Authorization": "Bearer wrong"})
+    assert st == 401
+    assert serial.get("/health")[0] == 200  # health needs no key
+    body = json.dumps({"prompt": "Tell me a long story.", "max_tokens": 64,
+                       "temperature": 0}).encode()
+    with cf.ThreadPoolExecutor(6) as ex:
+        res = list(ex.map(lambda _: _raw(serial, "POST", CO, body,
+                                         {"Authorization": "Bearer sekrit"}), range(6)))
+    codes = sorted(r[0] for r in res)
+    assert codes.count(200) >= 2 and 429 in codes, codes
+    for st, headers, raw in res:
+        if st == 429:
+            assert headers.get("Retry-After") == "1"
+            assert json.loads(raw)["error"]["code"] == "queue_full"
+
+
+def _wait_idle(srv, before, timeout=3.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        m = srv.metrics()
+        done = m['tq_requests_finished_total{finish_reason="cancelled"}']
+        if m["tq_requests_running"] == 0 and m["tq_requests_waiting"] == 0 and done > before:
+            return m
+        time.sleep(0.05)
+    raise AssertionError(f"not idle: {srv.metrics()}")
+
+
+def test_disconnect_frees_the_sequence(server):
+    key = 'tq_requests_finished_total{finish_reason="cancelled"}'
+    for stream in (True, False):
+        before = server.metrics()[key]
+        body = json.dumps({"prompt": "Write a very long essay about the sea.", "max_tokens": 400,
+                           "temperature": 0, "stream": stream}).encode()
+        sock = socket.create_connection(("127.0.0.1", server.port))
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: " + str(len(body)).encode() +
+                     b"\r\n\r\n" + body)
+        if stream:
+            assert sock.recv(100)  # the stream started
+        else:
+            time.sleep(0.3)
+        t0 = time.time()
+        sock.close()
+        m = _wait_idle(server, before)
+        assert m[key] == before + 1 and time.time() - t0 < 1.5
+
+
+def test_metrics_add_up(server):
+    before = server.metrics()
+    r = client(server).completions.create(model=model_id(server), prompt="Hello", max_tokens=5,
+                                          temperature=0)
+    after = server.metrics()
+    assert after["tq_prompt_tokens_total"] - before["tq_prompt_tokens_total"] == \
+        r.usage.prompt_tokens
+    assert after["tq_generation_tokens_total"] - before["tq_generation_tokens_total"] == \
+        r.usage.completion_tokens
+    reason = f'tq_requests_finished_total{{finish_reason="{r.choices[0].finish_reason}"}}'
+    assert after[reason] == before[reason] + 1
+    assert after["tq_requests_running"] == 0 and after["tq_kv_cache_bytes"] == 0
+
+
+def test_openai_npm_client(server, tq_cache):
+    import os
+    import subprocess
+    script = os.path.join(os.path.dirname(__file__), "serve_openai_client.cjs")
+    if not (tq_cache / "npm" / "node_modules" / "openai").exists():
+        pytest.fail("the openai npm package is missing; run ./scripts/setup")
+    res = subprocess.run(["node", script, server.url + "/v1", model_id(server)],
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TQ_NPM": str(tq_cache / "npm")})
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["chat"] and out["streamed"] == out["chat"]
+    assert out["stream_usage"]["completion_tokens"] == out["usage"]["completion_tokens"]
+    assert out["completion"]
+    assert out["error"] == {"status": 400, "code": "invalid_value", "param": "temperature"}
