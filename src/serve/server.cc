@@ -78,7 +78,10 @@ class Service {
   }
 
   Status load_model(const ModelSource& m) {
-    TQ_TRY(model_, Transformer::load(m, o_.runtime));
+    // A request's tokens must not depend on what shares its batch (forward.h batch_invariant).
+    RuntimeOptions rt = o_.runtime;
+    rt.batch_invariant = true;
+    TQ_TRY(model_, Transformer::load(m, rt));
     const auto& cfg = model_->config();
     info_.vocab = cfg.vocab_size;
     info_.ctx = o_.ctx > 0                        ? o_.ctx

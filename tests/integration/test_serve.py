@@ -297,8 +297,10 @@ def test_disconnect_frees_the_sequence(server):
     key = 'tq_requests_finished_total{finish_reason="cancelled"}'
     for stream in (True, False):
         before = server.metrics()[key]
+        # End tokens banned: the request must still be running when the client goes away.
         body = json.dumps({"prompt": "Write a very long essay about the sea.", "max_tokens": 400,
-                           "temperature": 0, "stream": stream}).encode()
+                           "temperature": 0, "stream": stream,
+                           "logit_bias": {str(t): -100 for t in range(3)}}).encode()
         sock = socket.create_connection(("127.0.0.1", server.port))
         sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
                      b"application/json\r\nContent-Length: " + str(len(body)).encode() +

@@ -439,7 +439,9 @@ TEST_P(TinyForward, BatchOfSequencesEqualsEachAlone) {
       for (auto* v : {&alone, &batched}) {
         v->push_back((*t)->new_cache(16));
         std::vector<float> lg(prefix[s].size() * V + V);
-        if (!prefix[s].empty()) ASSERT_TRUE((*t)->forward(prefix[s], v->back(), lg).ok());
+        if (!prefix[s].empty()) {
+          ASSERT_TRUE((*t)->forward(prefix[s], v->back(), lg).ok());
+        }
       }
       const bool all = s == 0;
       want.emplace_back(all ? next[s].size() * V : V);
