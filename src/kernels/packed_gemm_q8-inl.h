@@ -7,7 +7,7 @@
 
 constexpr int kTileRows = 4, kTileTokens = 4;
 // From this many tokens on, the tiles; below, the per-token kernels (no unpacked copy).
-constexpr int64_t kGemmMinTokens = 8;
+constexpr int64_t kGemmMinTokens = 16;
 
 // Row r's codes as bytes (cols / 64 steps of Unpack64; E2M1 codes looked up).
 inline void UnpackRowBytes(const PackedMatrix& w, const Unpack64Tables& tab, int64_t r, bool fp4,

@@ -69,7 +69,7 @@ void quantize_blocks_q8(const float* x, int len, int64_t nb, int8_t* q, int8_t* 
 
 // Whether the dispatched ISA has an integer dot-product kernel for this matrix.
 bool packed_q8_supported(const PackedMatrix& w);
-// Whether packed_matmul_q8 runs batches of 8+ tokens of this matrix as register tiles (codes
+// Whether packed_matmul_q8 runs batches of 16+ tokens of this matrix as register tiles (codes
 // unpacked once per strip of rows, 4 rows × 4 tokens per tile: AVX3_DL, columns % 64 == 0).
 bool packed_q8_tiles_supported(const PackedMatrix& w);
 // y as packed_matmul, from int8 activations (only where packed_q8_supported). `parts`: the rows
