@@ -262,34 +262,31 @@ void FastRuntime::run(std::initializer_list<MatJob> jobs, const float* xin, int6
   bool q8 = false;
   if (opts.activations != ActPath::kF32)
     for (const MatJob& j : jobs) q8 |= packed_q8_supported(*j.w);
-  const int64_t cols = jobs.begin()->w->cols;
-  if (opts.batch_invariant) {
-    const int64_t rest = n - split;
-    if (q8) {
-      quantize_act_q8(xin, split, cols, &xq);
-      quantize_act_q8(xin + split * cols, rest, cols, &xq2);
-    }
-    split_rows(jobs, n, 8, slices_per_thread, [&](const MatJob& j, int64_t lo, int64_t hi) {
-      float* y2 = j.y + split * j.ldy;
-      if (q8 && packed_q8_supported(*j.w)) {
-        if (split > 0) packed_matmul_q8(*j.w, xq, j.y, j.ldy, lo, hi, true, BatchKernel::kPerToken);
-        if (rest > 0) packed_matmul_q8(*j.w, xq2, y2, j.ldy, lo, hi, true, BatchKernel::kTiles);
-      } else {
-        if (split > 0) packed_matmul(*j.w, xin, split, j.y, j.ldy, lo, hi, BatchKernel::kPerToken);
-        if (rest > 0)
-          packed_matmul(*j.w, xin + split * cols, rest, y2, j.ldy, lo, hi, BatchKernel::kTiles);
-      }
-    });
-    return;
-  }
-  if (q8) quantize_act_q8(xin, n, cols, &xq);
+  // Two groups of rows, each with its kernel choice: all rows by their count, or with
+  // batch_invariant the one-token sequences' rows per token and the others on the batch kernels.
+  const bool inv = opts.batch_invariant;
+  const int64_t cols = jobs.begin()->w->cols, s = inv ? split : 0, rest = n - s;
+  const BatchKernel first = BatchKernel::kPerToken;
+  const BatchKernel second = inv ? BatchKernel::kTiles : BatchKernel::kAuto;
+  if (q8 && s > 0) quantize_act_q8(xin, s, cols, &xq2);
+  if (q8 && rest > 0) quantize_act_q8(xin + s * cols, rest, cols, &xq);
   // The int8 kernels read each slice's rows from several parts of it at once for every model,
   // not only those larger than the last-level cache: a shared LLC holds less than it says.
   split_rows(jobs, n, 8, slices_per_thread, [&](const MatJob& j, int64_t lo, int64_t hi) {
-    if (q8 && packed_q8_supported(*j.w))
-      packed_matmul_q8(*j.w, xq, j.y, j.ldy, lo, hi);
-    else
-      packed_matmul(*j.w, xin, n, j.y, j.ldy, lo, hi);
+    const bool int8 = q8 && packed_q8_supported(*j.w);
+    float* y2 = j.y + s * j.ldy;
+    if (s > 0) {
+      if (int8)
+        packed_matmul_q8(*j.w, xq2, j.y, j.ldy, lo, hi, true, first);
+      else
+        packed_matmul(*j.w, xin, s, j.y, j.ldy, lo, hi, first);
+    }
+    if (rest > 0) {
+      if (int8)
+        packed_matmul_q8(*j.w, xq, y2, j.ldy, lo, hi, true, second);
+      else
+        packed_matmul(*j.w, xin + s * cols, rest, y2, j.ldy, lo, hi, second);
+    }
   });
 }
 
