@@ -18,6 +18,8 @@ Status check(const serve::ServeOptions& o) {
   if (s.prefill_chunk < 1) return err("--prefill-chunk must be >= 1, got {}", s.prefill_chunk);
   if (s.step_tokens < 1) return err("--step-tokens must be >= 1, got {}", s.step_tokens);
   if (!(o.drain_timeout_s >= 0)) return err("--drain-timeout must be >= 0");
+  if (!(o.upload_timeout_s > 0)) return err("--upload-timeout must be > 0");
+  if (!(o.keep_alive_s > 0)) return err("--sse-keep-alive must be > 0");
   return ok_status();
 }
 
@@ -52,6 +54,12 @@ const bool kRegistered = register_verb(
            ->envname("TQ_API_KEY");
        app.add_option("--drain-timeout", o->drain_timeout_s,
                       "seconds in-flight requests may finish after SIGINT/SIGTERM")
+           ->capture_default_str();
+       app.add_option("--upload-timeout", o->upload_timeout_s,
+                      "seconds a request body may take to arrive (then 408)")
+           ->capture_default_str();
+       app.add_option("--sse-keep-alive", o->keep_alive_s,
+                      "longest silence on a stream, in seconds (then an SSE comment)")
            ->capture_default_str();
        add_runtime_flags(app, &o->runtime);
        return [o]() -> Status {

@@ -4,6 +4,26 @@
 
 namespace tq::serve {
 
+void Histogram::observe(double seconds) {
+  size_t i = 0;
+  while (i < kBounds.size() && seconds > kBounds[i]) ++i;
+  ++buckets_[i];
+  ++count_;
+  sum_us_ += static_cast<int64_t>(seconds * 1e6);
+}
+
+void Histogram::write(std::string& s, std::string_view name, std::string_view help) const {
+  s += fmt::format("# HELP {0} {1}\n# TYPE {0} histogram\n", name, help);
+  int64_t cum = 0;
+  for (size_t i = 0; i < kBounds.size(); ++i) {
+    cum += buckets_[i].load();
+    s += fmt::format("{}_bucket{{le=\"{}\"}} {}\n", name, kBounds[i], cum);
+  }
+  cum += buckets_[kBounds.size()].load();
+  s += fmt::format("{0}_bucket{{le=\"+Inf\"}} {1}\n{0}_sum {2}\n{0}_count {1}\n", name, cum,
+                   static_cast<double>(sum_us_.load()) / 1e6);
+}
+
 void Metrics::count_finish(std::string_view reason) {
   for (size_t i = 0; i < kFinish.size(); ++i)
     if (kFinish[i] == reason) ++finished[i];
@@ -39,6 +59,9 @@ std::string Metrics::prometheus() const {
     const std::string code = i < kStatus.size() ? std::to_string(kStatus[i]) : "other";
     s += fmt::format("tq_http_responses_total{{code=\"{}\"}} {}\n", code, http[i].load());
   }
+  ttft.write(s, "tq_time_to_first_token_seconds", "Arrival to first token, per request.");
+  itl.write(s, "tq_inter_token_latency_seconds", "Time between a sequence's consecutive tokens.");
+  queue_time.write(s, "tq_queue_time_seconds", "Arrival to admission, per request.");
   return s;
 }
 

@@ -10,6 +10,21 @@
 
 namespace tq::serve {
 
+// A Prometheus histogram of seconds with fixed buckets (cumulative counts are written out).
+class Histogram {
+ public:
+  static constexpr std::array<double, 14> kBounds = {0.005, 0.01, 0.02, 0.04, 0.08, 0.16, 0.32,
+                                                     0.64,  1.28, 2.56, 5.12, 10.0, 20.0, 60.0};
+  void observe(double seconds);
+  void write(std::string& out, std::string_view name, std::string_view help) const;
+  int64_t count() const { return count_.load(); }
+
+ private:
+  std::array<std::atomic<int64_t>, kBounds.size() + 1> buckets_{};  // the last: +Inf only
+  std::atomic<int64_t> count_{0};
+  std::atomic<int64_t> sum_us_{0};
+};
+
 struct Metrics {
   std::atomic<int64_t> running{0};   // sequences admitted, not finished
   std::atomic<int64_t> waiting{0};   // queued, not admitted
@@ -21,8 +36,11 @@ struct Metrics {
   static constexpr std::array<std::string_view, 4> kFinish = {"stop", "length", "cancelled",
                                                               "error"};
   std::array<std::atomic<int64_t>, 4> finished{};  // per kFinish
-  static constexpr std::array<int, 9> kStatus = {200, 400, 401, 404, 405, 413, 429, 500, 503};
-  std::array<std::atomic<int64_t>, 10> http{};  // per kStatus, then any other
+  static constexpr std::array<int, 10> kStatus = {200, 400, 401, 404, 405, 408, 413, 429, 500, 503};
+  std::array<std::atomic<int64_t>, 11> http{};  // per kStatus, then any other
+  Histogram ttft;                               // arrival to first token, per request that got one
+  Histogram itl;                                // between consecutive tokens of a sequence
+  Histogram queue_time;  // arrival to admission (or to its end while waiting)
 
   void count_finish(std::string_view reason);
   void count_http(int status);

@@ -58,6 +58,8 @@ std::variant<std::shared_ptr<Job>, ApiError> plan_job(const CompletionRequest& r
   job->gen.stop = r.stop;
   job->gen.eos = m.eos;
   job->gen.drop_incomplete_tail = true;
+  job->n = r.n;
+  job->top_logprobs = r.top_logprobs;
   job->stream = r.stream;
   return job;
 }

@@ -222,8 +222,7 @@ bool not_implemented(std::string_view k, Endpoint e) {
                                                "service_tier",
                                                "store",
                                                "metadata",
-                                               "web_search_options",
-                                               "top_logprobs"};
+                                               "web_search_options"};
   static constexpr std::string_view kCompletion[] = {"suffix"};
   for (auto s : kChat)
     if (k == s && e == Endpoint::kChat) return true;
@@ -233,7 +232,7 @@ bool not_implemented(std::string_view k, Endpoint e) {
 }
 
 Fail parse_field(const std::string& k, const json& v, CompletionRequest& r, int64_t& max_tokens,
-                 int64_t& max_completion_tokens, bool& has_stream_options) {
+                 int64_t& max_completion_tokens, bool& has_stream_options, int64_t& top_logprobs) {
   const bool chat = r.endpoint == Endpoint::kChat;
   if (k == "model") {
     std::string m;
@@ -276,10 +275,14 @@ Fail parse_field(const std::string& k, const json& v, CompletionRequest& r, int6
     return get_number(k, v, -2, 2, false, r.adjust.frequency_penalty);
   } else if (k == "logit_bias") {
     return parse_logit_bias(v, r.adjust);
-  } else if (k == "n" || (!chat && k == "best_of")) {
+  } else if (k == "n") {
     int64_t n = 0;
-    if (auto f = get_int(k, v, 1, 8, n)) return f;
-    if (n > 1) return unsupported(k, " above 1 yet");
+    if (auto f = get_int(k, v, 1, kMaxChoices, n)) return f;
+    r.n = static_cast<int>(n);
+  } else if (!chat && k == "best_of") {
+    int64_t n = 0;
+    if (auto f = get_int(k, v, 1, kMaxChoices, n)) return f;
+    if (n > 1) return unsupported(k, " above 1 (use n)");
   } else if (k == "stream") {
     return get_bool(k, v, r.stream);
   } else if (k == "stream_options") {
@@ -303,16 +306,18 @@ Fail parse_field(const std::string& k, const json& v, CompletionRequest& r, int6
     if (chat) {
       bool lp = false;
       if (auto f = get_bool(k, v, lp)) return f;
-      if (lp) return unsupported(k, " yet");
+      r.top_logprobs = lp ? 0 : -1;
     } else {
       int64_t n = 0;
-      if (auto f = get_int(k, v, 0, 20, n)) return f;
-      if (n > 0) return unsupported(k, " yet");
+      if (auto f = get_int(k, v, 0, kMaxTopLogprobs, n)) return f;
+      r.top_logprobs = static_cast<int>(n);
     }
+  } else if (chat && k == "top_logprobs") {
+    int64_t n = 0;
+    if (auto f = get_int(k, v, 0, kMaxTopLogprobs, n)) return f;
+    top_logprobs = n;
   } else if (!chat && k == "echo") {
-    bool echo = false;
-    if (auto f = get_bool(k, v, echo)) return f;
-    if (echo) return unsupported(k, " yet");
+    return get_bool(k, v, r.echo);
   } else if (not_implemented(k, r.endpoint)) {
     return unsupported(k, " yet");
   } else {
@@ -344,11 +349,19 @@ std::variant<CompletionRequest, ApiError> parse_completion_request(std::string_v
   r.sampling.temperature = 1.0;
   int64_t max_tokens = 0, max_completion_tokens = 0;
   bool has_stream_options = false;
+  int64_t top_logprobs = -1;
   for (const auto& [k, v] : j.items()) {
     if (v.is_null()) continue;  // null: absent, as OpenAI
-    if (auto f = parse_field(k, v, r, max_tokens, max_completion_tokens, has_stream_options))
+    if (auto f = parse_field(k, v, r, max_tokens, max_completion_tokens, has_stream_options,
+                             top_logprobs))
       return *f;
   }
+  if (top_logprobs >= 0) {
+    if (r.top_logprobs < 0) return bad_value("top_logprobs", "needs 'logprobs': true");
+    r.top_logprobs = static_cast<int>(top_logprobs);
+  }
+  if (r.echo && r.top_logprobs >= 0)
+    return unsupported("echo", " together with 'logprobs' (the prompt's log-probabilities)");
   const char* required = endpoint == Endpoint::kChat ? "messages" : "prompt";
   if (!j.contains(required) || j[required].is_null())
     return bad_request(required, "missing_required_parameter",

@@ -21,6 +21,8 @@ enum class Endpoint : uint8_t { kChat, kCompletion };
 
 inline constexpr int kMaxStops = 4;
 inline constexpr size_t kMaxStopBytes = 512;
+inline constexpr int kMaxChoices = 8;       // `n`
+inline constexpr int kMaxTopLogprobs = 20;  // `top_logprobs` / completions' `logprobs`
 inline constexpr int64_t kMaxTokensLimit = int64_t{1} << 31;  // beyond any context
 
 struct CompletionRequest {
@@ -35,6 +37,9 @@ struct CompletionRequest {
   bool seeded = false;                // `seed` given (else the server draws one)
   LogitAdjust adjust;                 // logit_bias ids checked against the vocabulary later
   std::vector<std::string> stop;
+  int n = 1;              // choices (up to kMaxChoices), sharing one prefill
+  int top_logprobs = -1;  // -1: no log-probabilities; else the alternatives per token
+  bool echo = false;      // completions: the prompt's text before the completion
   bool stream = false;
   bool include_usage = false;
 };

@@ -27,27 +27,30 @@ nlohmann::json timings_json(const JobTimings& t) {
           {"ttft_ms", t.ttft_ms}};
 }
 
-nlohmann::json completion_body(const ResponseHead& h, const std::string& text,
-                               const std::string& finish_reason, int64_t prompt_tokens,
-                               const JobOutput& out) {
+nlohmann::json completion_body(const ResponseHead& h, const std::vector<ChoiceResult>& choices,
+                               int64_t prompt_tokens, const JobOutput& out) {
   nlohmann::json j = head_json(h, "chat.completion", "text_completion");
-  nlohmann::json choice = {{"index", 0}};
-  if (h.endpoint == Endpoint::kChat)
-    choice["message"] = {{"role", "assistant"}, {"content", text}};
-  else
-    choice["text"] = text;
-  choice["logprobs"] = nullptr;
-  choice["finish_reason"] = finish_reason;
-  j["choices"] = nlohmann::json::array({choice});
+  j["choices"] = nlohmann::json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    nlohmann::json choice = {{"index", i}};
+    if (h.endpoint == Endpoint::kChat)
+      choice["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
+    else
+      choice["text"] = choices[i].text;
+    choice["logprobs"] = choices[i].logprobs;
+    choice["finish_reason"] = choices[i].finish_reason;
+    j["choices"].push_back(std::move(choice));
+  }
   j["usage"] = usage_json(prompt_tokens, out.completion_tokens);
   j["timings"] = timings_json(out.timings);
   return j;
 }
 
-nlohmann::json chunk_body(const ResponseHead& h, const std::string* text, bool first,
-                          const std::string* finish_reason, bool with_usage) {
+nlohmann::json chunk_body(const ResponseHead& h, int index, const std::string* text, bool first,
+                          const std::string* finish_reason, const nlohmann::json* logprobs,
+                          bool with_usage) {
   nlohmann::json j = head_json(h, "chat.completion.chunk", "text_completion");
-  nlohmann::json choice = {{"index", 0}};
+  nlohmann::json choice = {{"index", index}};
   if (h.endpoint == Endpoint::kChat) {
     nlohmann::json delta = nlohmann::json::object();
     if (first) delta["role"] = "assistant";
@@ -56,7 +59,7 @@ nlohmann::json chunk_body(const ResponseHead& h, const std::string* text, bool f
   } else {
     choice["text"] = text != nullptr ? *text : "";
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs != nullptr ? *logprobs : nlohmann::json();
   choice["finish_reason"] = finish_reason ? nlohmann::json(*finish_reason) : nlohmann::json();
   j["choices"] = nlohmann::json::array({choice});
   if (with_usage) j["usage"] = nullptr;

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -23,16 +24,23 @@ struct ResponseHead {
 nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
 nlohmann::json timings_json(const JobTimings& t);
 
-// The whole response of a request that did not stream.
-nlohmann::json completion_body(const ResponseHead& h, const std::string& text,
-                               const std::string& finish_reason, int64_t prompt_tokens,
-                               const JobOutput& out);
+// One choice of a response that did not stream.
+struct ChoiceResult {
+  std::string text;
+  std::string finish_reason;
+  nlohmann::json logprobs;  // null when not asked
+};
 
-// One stream chunk. Chat: the first carries the role; text in `content`; the last one an empty
-// delta and the finish reason. Completions: text in `text`. with_usage adds "usage": null (the
-// client asked for a final usage chunk).
-nlohmann::json chunk_body(const ResponseHead& h, const std::string* text, bool first,
-                          const std::string* finish_reason, bool with_usage);
+// The whole response of a request that did not stream.
+nlohmann::json completion_body(const ResponseHead& h, const std::vector<ChoiceResult>& choices,
+                               int64_t prompt_tokens, const JobOutput& out);
+
+// One stream chunk of choice `index`. Chat: the first carries the role; text in `content`; the
+// last one an empty delta and the finish reason. Completions: text in `text`. with_usage adds
+// "usage": null (the client asked for a final usage chunk).
+nlohmann::json chunk_body(const ResponseHead& h, int index, const std::string* text, bool first,
+                          const std::string* finish_reason, const nlohmann::json* logprobs,
+                          bool with_usage);
 // The final usage chunk (no choices), with timings.
 nlohmann::json usage_chunk_body(const ResponseHead& h, int64_t prompt_tokens, const JobOutput& out);
 

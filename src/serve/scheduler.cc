@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <optional>
+
+#include "serve/logprobs.h"
 
 namespace tq::serve {
 namespace {
@@ -22,10 +25,12 @@ struct Scheduler::Seq {
   KvCache cache;
   Generation gen;
   std::vector<float> logits;
+  int choice = 0;         // which of the job's `n` choices
+  int forks = 0;          // choices still to fork from this one when its prefill ends
   int64_t prefilled = 0;  // prompt tokens in the cache
   int64_t chunk = 0;      // prompt tokens fed this step (0: a decode row)
   int32_t last = -1;      // the token to feed next (decode)
-  Clock::time_point admitted = Clock::now(), first_token{};
+  Clock::time_point last_emit{};
   bool decoding() const { return prefilled == static_cast<int64_t>(job->prompt.size()); }
 };
 
@@ -66,24 +71,49 @@ void Scheduler::shutdown() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Scheduler::retire(Seq& s, const char* reason, std::string error) {
+GenerationOptions Scheduler::choice_options(const Job& j, int choice) {
+  GenerationOptions g = j.gen;
+  g.sampling.seed = j.seed_of(choice);
+  return g;
+}
+
+void Scheduler::end_job(Job& j, const char* reason, std::string error) {
   const auto now = Clock::now();
-  const bool started = s.first_token != Clock::time_point{};
+  const bool admitted = j.admitted != Clock::time_point{};
+  const bool started = j.first_token != Clock::time_point{};
   JobTimings t;
-  t.queue_ms = ms_between(s.job->arrived, s.admitted);
-  t.prefill_ms = ms_between(s.admitted, started ? s.first_token : now);
-  t.decode_ms = started ? ms_between(s.first_token, now) : 0;
-  t.ttft_ms = started ? ms_between(s.job->arrived, s.first_token) : 0;
-  const int64_t n = s.gen.count();
+  t.queue_ms = ms_between(j.arrived, admitted ? j.admitted : now);
+  t.prefill_ms = admitted ? ms_between(j.admitted, started ? j.first_token : now) : 0;
+  t.decode_ms = started ? ms_between(j.first_token, now) : 0;
+  t.ttft_ms = started ? ms_between(j.arrived, j.first_token) : 0;
   m_.count_finish(reason);
-  m_.kv_bytes -= cache_bytes(s.cache);
+  if (started) m_.ttft.observe(t.ttft_ms / 1000);
+  m_.queue_time.observe(t.queue_ms / 1000);
   if (o_.log)
     std::fprintf(stderr,
                  "tq serve: %s prompt=%zu completion=%lld cached=0 queue=%.1fms prefill=%.1fms "
                  "decode=%.1fms finish=%s\n",
-                 s.job->id.c_str(), s.job->prompt.size(), static_cast<long long>(n), t.queue_ms,
+                 j.id.c_str(), j.prompt.size(), static_cast<long long>(j.generated), t.queue_ms,
                  t.prefill_ms, t.decode_ms, reason);
-  s.job->finish(reason, n, t, std::move(error));
+  j.finish(reason, t, std::move(error));
+}
+
+void Scheduler::retire(Seq& s, const char* reason, std::string error) {
+  Job& j = *s.job;
+  const int64_t n = s.gen.count();
+  j.generated += n;
+  j.finish_choice(s.choice, reason, n);
+  m_.kv_bytes -= cache_bytes(s.cache);
+  // Choices never forked end with this one.
+  for (int i = 0; i < s.forks; ++i) j.finish_choice(s.choice + 1 + i, reason, 0);
+  j.choices_left -= 1 + s.forks;
+  const std::string_view r(reason);
+  if (j.end_reason.empty() && (r == "cancelled" || r == "error")) {
+    j.end_reason = reason;
+    j.end_error = std::move(error);
+  }
+  if (j.choices_left == 0)
+    end_job(j, j.end_reason.empty() ? reason : j.end_reason.c_str(), j.end_error);
   s.job.reset();
 }
 
@@ -99,13 +129,20 @@ void Scheduler::run() {
         if (j->cancelled) dropped.push_back(j);
         return j->cancelled.load();
       });
-      while (!waiting_.empty() && static_cast<int>(running.size()) < max_running_) {
+      // First come, first served: the head waits until its `n` rows fit (or nothing runs).
+      while (!waiting_.empty() &&
+             (running.empty() ||
+              static_cast<int>(running.size()) + waiting_.front()->n <= max_running_)) {
         auto job = std::move(waiting_.front());
         waiting_.pop_front();
         const auto len = static_cast<int64_t>(job->prompt.size());
+        job->admitted = Clock::now();
+        job->choices_left = job->n;
         auto s = std::unique_ptr<Seq>(
-            new Seq{job, model_.new_cache(len + job->gen.max_tokens), Generation(tok_, job->gen),
+            new Seq{job, model_.new_cache(len + job->gen.max_tokens),
+                    Generation(tok_, choice_options(*job, 0)),
                     std::vector<float>(static_cast<size_t>(model_.config().vocab_size))});
+        s->forks = job->n - 1;
         m_.prompt_tokens += len;
         m_.kv_bytes += cache_bytes(s->cache);
         running.push_back(std::move(s));
@@ -113,10 +150,7 @@ void Scheduler::run() {
       running_count_ = static_cast<int64_t>(running.size());
       m_.waiting = static_cast<int64_t>(waiting_.size());
     }
-    for (auto& j : dropped) {
-      Seq s{j, KvCache{}, Generation(tok_, j->gen), {}};
-      retire(s, "cancelled");
-    }
+    for (auto& j : dropped) end_job(*j, "cancelled");
     for (auto& s : running)
       if (s->job->cancelled) retire(*s, "cancelled");
     std::erase_if(running, [](const auto& s) { return !s->job; });
@@ -129,10 +163,7 @@ void Scheduler::run() {
   }
   for (auto& s : running) retire(*s, "cancelled", "the server is shutting down");
   std::lock_guard lock(mu_);
-  for (auto& j : waiting_) {
-    Seq s{j, KvCache{}, Generation(tok_, j->gen), {}};
-    retire(s, "cancelled", "the server is shutting down");
-  }
+  for (auto& j : waiting_) end_job(*j, "cancelled", "the server is shutting down");
   waiting_.clear();
   running_count_ = 0;
   m_.running = 0;
@@ -173,19 +204,46 @@ void Scheduler::step(std::vector<std::unique_ptr<Seq>>& running) {
     for (Seq* s : fed) retire(*s, "error", st.error().message);
     return;
   }
+  std::vector<std::unique_ptr<Seq>> forked;
   for (Seq* s : fed) {
     if (s->chunk > 0) {
       s->prefilled += s->chunk;
       if (!s->decoding()) continue;  // more prompt to go: these logits are not wanted
+      // `n` choices share the prefill: each fork starts from a copy of its cache and logits.
+      for (int i = 1; i <= s->forks; ++i) {
+        auto f = std::unique_ptr<Seq>(
+            new Seq{s->job, s->cache, Generation(tok_, choice_options(*s->job, s->choice + i)),
+                    s->logits, s->choice + i, 0, s->prefilled});
+        m_.kv_bytes += cache_bytes(f->cache);
+        forked.push_back(std::move(f));
+      }
+      s->forks = 0;
     }
-    const int32_t id = s->gen.sample(s->logits);
-    if (s->first_token == Clock::time_point{}) s->first_token = Clock::now();
-    const int64_t before = s->gen.count();
-    s->job->append(s->gen.accept(id));
-    m_.generation_tokens += s->gen.count() - before;
-    s->last = id;
-    if (s->gen.finish() != Finish::kNone) retire(*s, finish_name(s->gen.finish()));
+    emit(*s);
   }
+  for (auto& f : forked) {
+    emit(*f);
+    if (f->job) running.push_back(std::move(f));
+  }
+}
+
+void Scheduler::emit(Seq& s) {
+  Job& j = *s.job;
+  std::optional<TokenLogprob> lp;
+  if (j.top_logprobs >= 0) scratch_ = s.logits;  // the raw logits: sampling adjusts in place
+  const int32_t id = s.gen.sample(s.logits);
+  if (j.top_logprobs >= 0) lp = token_logprob(scratch_, id, j.top_logprobs);
+  const auto now = Clock::now();
+  if (j.first_token == Clock::time_point{}) j.first_token = now;
+  if (s.last_emit != Clock::time_point{}) m_.itl.observe(ms_between(s.last_emit, now) / 1000);
+  s.last_emit = now;
+  const int64_t before = s.gen.count();
+  const std::string text = s.gen.accept(id);
+  const bool counted = s.gen.count() > before;  // end tokens are neither text nor counted
+  j.append(s.choice, text, counted && lp ? &*lp : nullptr);
+  m_.generation_tokens += s.gen.count() - before;
+  s.last = id;
+  if (s.gen.finish() != Finish::kNone) retire(s, finish_name(s.gen.finish()));
 }
 
 }  // namespace tq::serve

@@ -5,6 +5,7 @@
 //
 // A sequence's tokens depend only on its own request: its own sampler and RNG, and prefill
 // chunks cut at multiples of prefill_chunk from position 0, whatever runs beside it.
+// A request with `n` choices prefills once; its other choices fork from that sequence.
 // KV memory: one cache per sequence, sized prompt + max_tokens (fixed-size blocks come later).
 #pragma once
 
@@ -47,7 +48,10 @@ class Scheduler {
   struct Seq;
   void run();
   void step(std::vector<std::unique_ptr<Seq>>& running);
+  void emit(Seq& s);  // samples its next token from its logits and hands the text on
   void retire(Seq& s, const char* reason, std::string error = {});
+  void end_job(Job& j, const char* reason, std::string error = {});
+  static GenerationOptions choice_options(const Job& j, int choice);
 
   const Transformer& model_;
   const Tokenizer& tok_;
@@ -61,6 +65,7 @@ class Scheduler {
   int64_t running_count_ = 0;
   bool stop_ = false;
   std::thread thread_;
+  std::vector<float> scratch_;  // raw logits for log-probabilities
 };
 
 }  // namespace tq::serve

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <ctime>
 #include <filesystem>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "model/model_chat.h"
 #include "model/model_source.h"
 #include "model/model_tokenizer.h"
+#include "serve/logprobs.h"
 #include "serve/peer_socket.h"
 #include "serve/plan.h"
 #include "serve/request.h"
@@ -104,7 +106,8 @@ class Service {
   void set_runtime_name() { runtime_name_ = model_->runtime_name(); }
 
  private:
-  void completion(const Request& req, Response& res, Endpoint ep);
+  void completion(const Request& req, Response& res, const httplib::ContentReader& reader,
+                  Endpoint ep);
   std::string next_id(Endpoint ep) {
     return fmt::format("{}{:016x}", ep == Endpoint::kChat ? "chatcmpl-" : "cmpl-",
                        (uint64_t{static_cast<uint64_t>(std::time(nullptr))} << 24) + ++ids_);
@@ -122,11 +125,45 @@ class Service {
   std::string runtime_name_;
 };
 
-void Service::completion(const Request& req, Response& res, Endpoint ep) {
+// The body, read within the upload time limit and the size limit (a slow or endless upload
+// cannot hold a thread: cpp-httplib's read timeout applies to each read only).
+std::optional<ApiError> read_body(const Request& req, const httplib::ContentReader& reader,
+                                  const ServeOptions& o, std::string& body) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(o.upload_timeout_s);
+  bool late = false, large = false;
+  const bool ok = reader([&](const char* data, size_t n) {
+    if (Clock::now() > deadline) return !(late = true);
+    if (body.size() + n > o.max_body_bytes) return !(large = true);
+    body.append(data, n);
+    return true;
+  });
+  // cpp-httplib refuses an announced length over the limit before reading any of it.
+  const std::string announced = req.get_header_value("Content-Length");
+  if (!ok && !announced.empty() && std::strtoull(announced.c_str(), nullptr, 10) > o.max_body_bytes)
+    large = true;
+  if (late || (!ok && !large && Clock::now() > deadline))
+    return ApiError{408, fmt::format("the body did not arrive within {} s", o.upload_timeout_s),
+                    "invalid_request_error", std::nullopt, "request_timeout"};
+  if (large)
+    return ApiError{413, fmt::format("the body is larger than {} bytes", o.max_body_bytes),
+                    "invalid_request_error", std::nullopt, "request_too_large"};
+  if (!ok)
+    return ApiError{400, "the body ended before its announced length", "invalid_request_error",
+                    std::nullopt, "bad_request"};
+  return std::nullopt;
+}
+
+void Service::completion(const Request& req, Response& res, const httplib::ContentReader& reader,
+                         Endpoint ep) {
+  std::string body;
+  if (auto e = read_body(req, reader, o_, body)) {
+    res.set_header("Connection", "close");  // what is left of the body is not read
+    return send_error(res, *e);
+  }
   if (phase_ != Phase::kReady)
     return send_error(res, unavailable(phase_ == Phase::kLoading ? "the model is loading"
                                                                  : "the server is shutting down"));
-  auto parsed = parse_completion_request(req.body, ep);
+  auto parsed = parse_completion_request(body, ep);
   if (auto* e = std::get_if<ApiError>(&parsed)) return send_error(res, *e);
   const CompletionRequest& r = std::get<CompletionRequest>(parsed);
   auto planned = plan_job(r, info_, next_id(ep));
@@ -141,19 +178,37 @@ void Service::completion(const Request& req, Response& res, Endpoint ep) {
   const int fd = find_peer_socket(req.remote_addr, req.remote_port, req.local_port);
   const ResponseHead head{job->id, info_.id, static_cast<int64_t>(std::time(nullptr)), ep};
   const auto prompt_tokens = static_cast<int64_t>(job->prompt.size());
+  // echo: the prompt's text before each choice's completion.
+  std::string echo;
+  if (r.echo) echo = r.prompt_is_ids ? tok_->decode(r.prompt_ids) : r.prompt_text;
+  const Tokenizer* tok = &*tok_;
+  const bool logprobs = job->top_logprobs >= 0;
+  auto logprobs_json = [tok, ep](std::span<const TokenLogprob> lps, size_t offset) {
+    return ep == Endpoint::kChat ? chat_logprobs_json(*tok, lps)
+                                 : completion_logprobs_json(*tok, lps, offset);
+  };
 
   if (!r.stream) {
-    std::string text;
+    std::vector<ChoiceResult> choices(static_cast<size_t>(job->n));
+    std::vector<std::vector<TokenLogprob>> lps(choices.size());
+    for (auto& c : choices) c.text = echo;
     for (;;) {
       JobOutput out = job->take(kPoll);
-      text += out.text;
+      for (size_t i = 0; i < choices.size(); ++i) {
+        choices[i].text += out.choices[i].text;
+        for (auto& lp : out.choices[i].logprobs) lps[i].push_back(std::move(lp));
+      }
       if (out.done) {
         if (out.finish_reason == "error")
           return send_error(
               res, ApiError{500, out.error, "server_error", std::nullopt, "internal_error"});
         if (out.finish_reason == "cancelled")
           return send_error(res, unavailable(out.error.empty() ? "cancelled" : out.error));
-        return send_json(res, completion_body(head, text, out.finish_reason, prompt_tokens, out));
+        for (size_t i = 0; i < choices.size(); ++i) {
+          choices[i].finish_reason = out.choices[i].finish_reason;
+          if (logprobs) choices[i].logprobs = logprobs_json(lps[i], echo.size());
+        }
+        return send_json(res, completion_body(head, choices, prompt_tokens, out));
       }
       if (peer_gone(fd)) {  // nobody to answer: free the sequence at the next step
         job->cancelled = true;
@@ -162,38 +217,72 @@ void Service::completion(const Request& req, Response& res, Endpoint ep) {
     }
   }
 
+  // What one stream has sent so far.
+  struct StreamState {
+    bool first = true;
+    std::vector<bool> finished;  // per choice: its finish chunk went out
+    std::vector<size_t> offset;  // per choice: bytes of text sent (completions' text_offset)
+    Clock::time_point last_write = Clock::now();
+  };
+  auto st = std::make_shared<StreamState>();
+  st->finished.assign(static_cast<size_t>(job->n), false);
+  st->offset.assign(static_cast<size_t>(job->n), echo.size());
   const bool usage = r.include_usage;
   res.set_header("Cache-Control", "no-cache");
-  auto first = std::make_shared<bool>(true);
   res.set_chunked_content_provider(
       "text/event-stream",
-      [job, head, usage, prompt_tokens, fd, first](size_t, httplib::DataSink& sink) {
-        auto send = [&](const json& j) {
-          const std::string ev = sse_event(j);
+      [job, head, usage, prompt_tokens, fd, st, echo, logprobs, logprobs_json,
+       keep_alive = std::chrono::duration<double>(o_.keep_alive_s)](size_t,
+                                                                    httplib::DataSink& sink) {
+        auto write = [&](const std::string& ev) {
+          st->last_write = Clock::now();
           return sink.write(ev.data(), ev.size());
         };
+        auto send = [&](const json& j) { return write(sse_event(j)); };
         auto give_up = [&] {  // the client is gone: free the sequence at the next step
           job->cancelled = true;
           return false;
         };
-        if (*first) {  // the role alone first, as OpenAI does
-          *first = false;
+        const bool chat = head.endpoint == Endpoint::kChat;
+        if (st->first) {  // each choice's role (chat) or echoed prompt (completions) first
+          st->first = false;
           const std::string empty;
-          const bool chat = head.endpoint == Endpoint::kChat;
-          if (!send(chunk_body(head, chat ? &empty : nullptr, true, nullptr, usage)))
-            return give_up();
+          for (int i = 0; i < job->n; ++i)
+            if ((chat || !echo.empty()) &&
+                !send(chunk_body(head, i, chat ? &empty : &echo, true, nullptr, nullptr, usage)))
+              return give_up();
         }
         JobOutput out = job->take(kPoll);
-        if (!out.text.empty() && !send(chunk_body(head, &out.text, false, nullptr, usage)))
-          return give_up();
-        if (!out.done) return peer_gone(fd) ? give_up() : true;
+        for (int i = 0; i < job->n; ++i) {
+          auto& c = out.choices[static_cast<size_t>(i)];
+          if (!c.text.empty() || !c.logprobs.empty()) {
+            json lp;
+            if (logprobs) lp = logprobs_json(c.logprobs, st->offset[static_cast<size_t>(i)]);
+            st->offset[static_cast<size_t>(i)] += c.text.size();
+            if (!send(
+                    chunk_body(head, i, &c.text, false, nullptr, logprobs ? &lp : nullptr, usage)))
+              return give_up();
+          }
+          const bool normal = c.finish_reason == "stop" || c.finish_reason == "length";
+          if (c.done && normal && !st->finished[static_cast<size_t>(i)]) {
+            st->finished[static_cast<size_t>(i)] = true;
+            if (!send(chunk_body(head, i, nullptr, false, &c.finish_reason, nullptr, usage)))
+              return give_up();
+          }
+        }
+        if (!out.done) {
+          if (peer_gone(fd)) return give_up();
+          // A comment line now and then: proxies and clients keep a long prefill's stream open.
+          if (Clock::now() - st->last_write > keep_alive && !write(": keep-alive\n\n"))
+            return give_up();
+          return true;
+        }
         if (out.finish_reason == "error" || out.finish_reason == "cancelled") {
           const int status = out.finish_reason == "error" ? 500 : 503;
           send(error_body(ApiError{status, out.error.empty() ? out.finish_reason : out.error,
                                    "server_error", std::nullopt, out.finish_reason}));
-        } else {
-          send(chunk_body(head, nullptr, false, &out.finish_reason, usage));
-          if (usage) send(usage_chunk_body(head, prompt_tokens, out));
+        } else if (usage) {
+          send(usage_chunk_body(head, prompt_tokens, out));
         }
         static const std::string kDone = "data: [DONE]\n\n";
         sink.write(kDone.data(), kDone.size());
@@ -272,10 +361,13 @@ void Service::install(httplib::Server& svr) {
                         "invalid_request_error", "model", "model_not_found"});
   });
   svr.Post("/v1/chat/completions",
-           [this](const Request& req, Response& res) { completion(req, res, Endpoint::kChat); });
-  svr.Post("/v1/completions", [this](const Request& req, Response& res) {
-    completion(req, res, Endpoint::kCompletion);
-  });
+           [this](const Request& req, Response& res, const httplib::ContentReader& reader) {
+             completion(req, res, reader, Endpoint::kChat);
+           });
+  svr.Post("/v1/completions",
+           [this](const Request& req, Response& res, const httplib::ContentReader& reader) {
+             completion(req, res, reader, Endpoint::kCompletion);
+           });
   svr.Post("/tokenize", [this](const Request& req, Response& res) {
     auto r = parse_tokenize_request(req.body);
     if (auto* e = std::get_if<ApiError>(&r)) return send_error(res, *e);

@@ -21,6 +21,8 @@ struct ServeOptions {
   std::string api_key;  // empty: no authentication
   double drain_timeout_s = 30;
   size_t max_body_bytes = size_t{4} << 20;
+  double upload_timeout_s = 30;  // a request body must arrive within this (408 after)
+  double keep_alive_s = 5;       // longest silence on an open stream (an SSE comment then)
   SchedulerOptions scheduler;
   RuntimeOptions runtime;
 };

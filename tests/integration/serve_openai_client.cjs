@@ -1,4 +1,5 @@
-// The `openai` npm package against `tq serve`: chat (streamed and not), completions and an error.
+// The `openai` npm package against `tq serve`: chat (streamed and not), completions, logprobs,
+// n choices and an error.
 // Usage: node serve_openai_client.cjs BASE_URL MODEL; prints one JSON object.
 const path = require("path");
 const { OpenAI } = require(path.join(process.env.TQ_NPM, "node_modules", "openai"));
@@ -19,6 +20,18 @@ async function main() {
     if (chunk.usage) usage = chunk.usage;
   }
   const completion = await client.completions.create({ model, prompt: "Once upon a time", max_tokens: 8, temperature: 0 });
+  const lp = await client.chat.completions.create({
+    model, messages, max_tokens: 6, temperature: 0, logprobs: true, top_logprobs: 2,
+  });
+  const logprobs = lp.choices[0].logprobs.content.map((t) => [t.token, t.logprob, t.top_logprobs.length]);
+  const many = await client.chat.completions.create({ model, messages, max_tokens: 6, temperature: 0.9, seed: 3, n: 2 });
+  let streamedLogprobs = 0;
+  const lpStream = await client.chat.completions.create({
+    model, messages, max_tokens: 6, temperature: 0, logprobs: true, stream: true,
+  });
+  for await (const chunk of lpStream) {
+    if (chunk.choices.length && chunk.choices[0].logprobs) streamedLogprobs += chunk.choices[0].logprobs.content.length;
+  }
   let error = null;
   try {
     await client.chat.completions.create({ model, messages, temperature: 7 });
@@ -28,6 +41,8 @@ async function main() {
   console.log(JSON.stringify({
     chat: chat.choices[0].message.content, finish: chat.choices[0].finish_reason,
     usage: chat.usage, streamed, stream_usage: usage, completion: completion.choices[0].text, error,
+    logprobs, logprobs_text: lp.choices[0].message.content, streamed_logprobs: streamedLogprobs,
+    n_choices: many.choices.map((c) => c.index),
   }));
 }
 

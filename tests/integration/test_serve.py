@@ -5,6 +5,7 @@ outputs that do not depend on the neighbours or on --batch 1, and a clean exit o
 import concurrent.futures as cf
 import http.client
 import json
+import math
 import socket
 import time
 
@@ -19,7 +20,7 @@ CTX = 512
 @pytest.fixture(scope="module")
 def server(tq_bin, smollm2_gguf):
     s = Server(tq_bin, smollm2_gguf, "--threads", "2", "--ctx", str(CTX), "--max-seqs", "4",
-               "--queue", "8")
+               "--queue", "8", "--upload-timeout", "1.5", "--sse-keep-alive", "0.2")
     yield s
     assert s.stop() == 0, "".join(s.log)
     assert "tq serve: stopped" in "".join(s.log)
@@ -200,20 +201,20 @@ BAD = [  # (path, body bytes, status, code, param)
     (CH, _j(logit_bias={"1": 500}), 400, "invalid_value", "logit_bias.1"),
     (CH, _j(logit_bias={"99999999": 1}), 400, "invalid_value", "logit_bias.99999999"),
     (CH, _j(n=100), 400, "invalid_value", "n"),
-    (CH, _j(n=2), 400, "unsupported_parameter", "n"),
+    (CH, _j(n=9), 400, "invalid_value", "n"),
     (CH, _j(stream="yes"), 400, "invalid_type", "stream"),
     (CH, _j(stream_options={"include_usage": True}), 400, "invalid_value", "stream_options"),
     (CH, _j(tools=[{"type": "function", "function": {"name": "f"}}]), 400,
      "unsupported_parameter", "tools"),
     (CH, _j(response_format={"type": "json_object"}), 400, "unsupported_parameter",
      "response_format"),
-    (CH, _j(logprobs=True), 400, "unsupported_parameter", "logprobs"),
+    (CH, _j(top_logprobs=2), 400, "invalid_value", "top_logprobs"),
     (CH, _j(frobnicate=1), 400, "unknown_parameter", "frobnicate"),
     (CH, _j(model="gpt-4o"), 404, "model_not_found", "model"),
     (CO, b'{"max_tokens": 2}', 400, "missing_required_parameter", "prompt"),
     (CO, b'{"prompt": [1, 99999999]}', 400, "invalid_value", "prompt[1]"),
     (CO, b'{"prompt": ["a", "b"]}', 400, "unsupported_parameter", "prompt"),
-    (CO, b'{"prompt": "x", "echo": true}', 400, "unsupported_parameter", "echo"),
+    (CO, b'{"prompt": "x", "echo": true, "logprobs": 1}', 400, "unsupported_parameter", "echo"),
     (CO, b'{"prompt": ""}', 400, "invalid_value", "prompt"),
     ("/tokenize", b'{"content": 5}', 400, "invalid_type", "content"),
     ("/detokenize", b'{"tokens": [-1]}', 400, "invalid_value", "tokens[0]"),
@@ -343,4 +344,135 @@ def test_openai_npm_client(server, tq_cache):
     assert out["chat"] and out["streamed"] == out["chat"]
     assert out["stream_usage"]["completion_tokens"] == out["usage"]["completion_tokens"]
     assert out["completion"]
+    assert out["logprobs"] and "".join(t for t, _, _ in out["logprobs"]) == out["logprobs_text"]
+    assert all(lp <= 0 and k == 2 for _, lp, k in out["logprobs"])
+    assert out["streamed_logprobs"] == len(out["logprobs"])
+    assert out["n_choices"] == [0, 1]
     assert out["error"] == {"status": 400, "code": "invalid_value", "param": "temperature"}
+
+
+def test_chat_logprobs_streamed_or_not(server):
+    c = client(server)
+    kw = dict(model=model_id(server), messages=CHAT, max_tokens=12, temperature=0,
+              logprobs=True, top_logprobs=5)
+    r = c.chat.completions.create(**kw)
+    content = r.choices[0].logprobs.content
+    assert len(content) == r.usage.completion_tokens
+    assert "".join(t.token for t in content) == r.choices[0].message.content
+    for t in content:
+        assert t.logprob <= 0 and bytes(t.bytes).decode("utf-8", "replace") == t.token
+        tops = [a.logprob for a in t.top_logprobs]
+        assert len(tops) == 5 and tops == sorted(tops, reverse=True)
+        assert sum(math.exp(x) for x in tops) <= 1 + 1e-5
+        # Greedy: the chosen token is the most probable one.
+        assert t.top_logprobs[0].token == t.token and abs(tops[0] - t.logprob) < 1e-6
+    chunks = list(c.chat.completions.create(**kw, stream=True))
+    streamed = [t for ch in chunks if ch.choices and ch.choices[0].logprobs
+                for t in ch.choices[0].logprobs.content]
+    assert [(t.token, round(t.logprob, 5)) for t in streamed] == \
+        [(t.token, round(t.logprob, 5)) for t in content]
+    # Without top_logprobs: the chosen token's alone.
+    r0 = c.chat.completions.create(**{**kw, "top_logprobs": None})
+    assert all(t.top_logprobs == [] for t in r0.choices[0].logprobs.content)
+
+
+def test_completion_logprobs_match_a_second_request(server):
+    """The second token's log-probability equals the first token's of a request whose prompt
+    ends with the first generated token: the numbers are the model's, not invented."""
+    c = client(server)
+    st, _, body = server.post("/tokenize", {"content": "The capital of France is",
+                                            "add_special": True})
+    ids = json.loads(body)["tokens"]
+    r = c.completions.create(model=model_id(server), prompt=ids, max_tokens=2, temperature=0,
+                             logprobs=3)
+    lp = r.choices[0].logprobs
+    assert len(lp.tokens) == 2 and len(lp.top_logprobs[0]) == 3
+    assert lp.text_offset == [0, len(lp.tokens[0].encode())]
+    first = json.loads(server.post("/tokenize", {"content": lp.tokens[0]})[2])["tokens"]
+    r2 = c.completions.create(model=model_id(server), prompt=ids + first, max_tokens=1,
+                              temperature=0, logprobs=0)
+    assert r2.choices[0].logprobs.tokens[0] == lp.tokens[1]
+    assert abs(r2.choices[0].logprobs.token_logprobs[0] - lp.token_logprobs[1]) < 2e-3
+    echoed = c.completions.create(model=model_id(server), prompt="Once upon a time",
+                                  max_tokens=4, temperature=0, echo=True)
+    plain = c.completions.create(model=model_id(server), prompt="Once upon a time",
+                                 max_tokens=4, temperature=0)
+    assert echoed.choices[0].text == "Once upon a time" + plain.choices[0].text
+
+
+def test_n_choices_share_one_prefill(server):
+    c = client(server)
+    kw = dict(model=model_id(server), messages=CHAT, max_tokens=16, temperature=0.9, seed=5)
+    before = server.metrics()
+    r = c.chat.completions.create(**kw, n=3)
+    after = server.metrics()
+    assert [ch.index for ch in r.choices] == [0, 1, 2]
+    assert 3 <= r.usage.completion_tokens <= 3 * 16
+    # One prefill: the prompt is counted once.
+    assert after["tq_prompt_tokens_total"] - before["tq_prompt_tokens_total"] == \
+        r.usage.prompt_tokens
+    texts = [ch.message.content for ch in r.choices]
+    assert len(set(texts)) > 1, texts  # each choice has its own RNG
+    # Choice 0 is the request with n = 1 (same seed).
+    assert c.chat.completions.create(**kw).choices[0].message.content == texts[0]
+    streamed = ["", "", ""]
+    for ch in c.chat.completions.create(**kw, n=3, stream=True):
+        for x in ch.choices:
+            streamed[x.index] += x.delta.content or ""
+    assert streamed == texts
+    assert after["tq_kv_cache_bytes"] == 0
+
+
+def test_latency_histograms_count_requests(server):
+    before = server.metrics()
+    client(server).completions.create(model=model_id(server), prompt="Hi", max_tokens=4,
+                                      temperature=0, logit_bias={str(t): -100 for t in range(3)})
+    after = server.metrics()
+    assert after["tq_time_to_first_token_seconds_count"] == \
+        before["tq_time_to_first_token_seconds_count"] + 1
+    assert after["tq_inter_token_latency_seconds_count"] == \
+        before["tq_inter_token_latency_seconds_count"] + 3
+    assert after['tq_time_to_first_token_seconds_bucket{le="+Inf"}'] == \
+        after["tq_time_to_first_token_seconds_count"]
+
+
+def test_slow_upload_gets_408_and_the_server_goes_on(server):
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                 b"application/json\r\nContent-Length: 400\r\n\r\n{")
+    t0 = time.time()
+    sock.settimeout(10)
+    reply = b""
+    try:
+        for _ in range(40):  # one byte every 0.1 s: each read is quick, the whole is not
+            sock.sendall(b" ")
+            time.sleep(0.1)
+    except OSError:
+        pass  # the server answered and closed
+    while b"\r\n\r\n" not in reply or not reply.rstrip().endswith(b"}"):
+        part = sock.recv(4096)
+        if not part:
+            break
+        reply += part
+    sock.close()
+    assert reply.startswith(b"HTTP/1.1 408"), reply[:200]
+    assert json.loads(reply.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "request_timeout"
+    assert time.time() - t0 < 4.5
+    r = client(server).completions.create(model=model_id(server), prompt="Hi", max_tokens=2)
+    assert r.choices[0].text is not None
+
+
+def test_keep_alive_comments_during_a_long_prefill(server):
+    """A 450-token prompt takes longer to prefill than --sse-keep-alive 0.2 s: the stream gets
+    comment lines meanwhile, and the openai client, which skips them, sees the same text."""
+    prompt = " ".join(["the sea and the sky"] * 90)
+    body = json.dumps({"prompt": prompt, "max_tokens": 3, "temperature": 0, "stream": True})
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
+    raw = conn.getresponse().read().decode()
+    assert ": keep-alive" in raw and raw.rstrip().endswith("data: [DONE]")
+    events = [json.loads(x[6:]) for x in raw.split("\n\n") if x.startswith("data: {")]
+    text = "".join(e["choices"][0]["text"] for e in events if e["choices"])
+    r = client(server).completions.create(model=model_id(server), prompt=prompt, max_tokens=3,
+                                          temperature=0, stream=True)
+    assert "".join(ch.choices[0].text for ch in r if ch.choices) == text

@@ -47,6 +47,23 @@ TEST(ServeRequest, DefaultsAreOpenAIs) {
   EXPECT_FALSE(r.stream);
 }
 
+TEST(ServeRequest, ChoicesLogprobsAndEcho) {
+  auto r = ok_chat(R"({"messages":[{"role":"user","content":"x"}],"n":3,"top_logprobs":4,
+    "logprobs":true})");
+  EXPECT_EQ(r.n, 3);
+  EXPECT_EQ(r.top_logprobs, 4);  // whichever order the two fields come in
+  EXPECT_EQ(ok_chat(R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})").top_logprobs,
+            0);
+  EXPECT_EQ(ok_chat(R"({"messages":[{"role":"user","content":"x"}]})").top_logprobs, -1);
+  auto c = parse_completion_request(R"({"prompt":"x","logprobs":0,"n":2})", Endpoint::kCompletion);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(c));
+  EXPECT_EQ(std::get<CompletionRequest>(c).top_logprobs, 0);
+  EXPECT_EQ(std::get<CompletionRequest>(c).n, 2);
+  auto e = parse_completion_request(R"({"prompt":"x","echo":true})", Endpoint::kCompletion);
+  ASSERT_TRUE(std::holds_alternative<CompletionRequest>(e));
+  EXPECT_TRUE(std::get<CompletionRequest>(e).echo);
+}
+
 TEST(ServeRequest, CompletionPrompts) {
   auto text =
       parse_completion_request(R"({"prompt":"abc","max_tokens":3.0})", Endpoint::kCompletion);
@@ -126,14 +143,17 @@ TEST(ServeRequest, BadRequestsAreTyped400s) {
        "logit_bias.5"},
       {Endpoint::kChat, "{" + kMsg + R"(,"logit_bias":[1]})", "invalid_type", "logit_bias"},
       {Endpoint::kChat, "{" + kMsg + R"(,"n":100})", "invalid_value", "n"},
-      {Endpoint::kChat, "{" + kMsg + R"(,"n":2})", "unsupported_parameter", "n"},
+      {Endpoint::kChat, "{" + kMsg + R"(,"n":9})", "invalid_value", "n"},
       {Endpoint::kChat, "{" + kMsg + R"(,"n":0})", "invalid_value", "n"},
       {Endpoint::kChat, "{" + kMsg + R"(,"stream":"yes"})", "invalid_type", "stream"},
       {Endpoint::kChat, "{" + kMsg + R"(,"stream_options":{"include_usage":true}})",
        "invalid_value", "stream_options"},
       {Endpoint::kChat, "{" + kMsg + R"(,"stream":true,"stream_options":{"x":1}})",
        "unknown_parameter", "stream_options.x"},
-      {Endpoint::kChat, "{" + kMsg + R"(,"logprobs":true})", "unsupported_parameter", "logprobs"},
+      {Endpoint::kChat, "{" + kMsg + R"(,"logprobs":1})", "invalid_type", "logprobs"},
+      {Endpoint::kChat, "{" + kMsg + R"(,"top_logprobs":3})", "invalid_value", "top_logprobs"},
+      {Endpoint::kChat, "{" + kMsg + R"(,"logprobs":true,"top_logprobs":21})", "invalid_value",
+       "top_logprobs"},
       {Endpoint::kChat, "{" + kMsg + R"(,"tools":[]})", "unsupported_parameter", "tools"},
       {Endpoint::kChat, "{" + kMsg + R"(,"response_format":{"type":"json_object"}})",
        "unsupported_parameter", "response_format"},
@@ -148,9 +168,9 @@ TEST(ServeRequest, BadRequestsAreTyped400s) {
       {Endpoint::kCompletion, R"({"prompt":[1,-2]})", "invalid_value", "prompt[1]"},
       {Endpoint::kCompletion, R"({"prompt":[1,"a"]})", "invalid_type", "prompt[1]"},
       {Endpoint::kCompletion, R"({"prompt":5})", "invalid_type", "prompt"},
-      {Endpoint::kCompletion, R"({"prompt":"x","echo":true})", "unsupported_parameter", "echo"},
-      {Endpoint::kCompletion, R"({"prompt":"x","logprobs":5})", "unsupported_parameter",
-       "logprobs"},
+      {Endpoint::kCompletion, R"({"prompt":"x","echo":true,"logprobs":2})", "unsupported_parameter",
+       "echo"},
+      {Endpoint::kCompletion, R"({"prompt":"x","logprobs":21})", "invalid_value", "logprobs"},
       {Endpoint::kCompletion, R"({"prompt":"x","best_of":3})", "unsupported_parameter", "best_of"},
       {Endpoint::kCompletion, R"({"prompt":"x","suffix":"y"})", "unsupported_parameter", "suffix"},
   };
