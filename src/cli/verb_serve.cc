@@ -55,6 +55,9 @@ const bool kRegistered = register_verb(
        app.add_option("--drain-timeout", o->drain_timeout_s,
                       "seconds in-flight requests may finish after SIGINT/SIGTERM")
            ->capture_default_str();
+       app.add_option("--chat-template", o->chat_template_file,
+                      "a Jinja chat template file in place of the model's")
+           ->check(CLI::ExistingFile);
        app.add_option("--upload-timeout", o->upload_timeout_s,
                       "seconds a request body may take to arrive (then 408)")
            ->capture_default_str();

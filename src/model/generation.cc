@@ -64,11 +64,18 @@ Result<ChatPrompter> ChatPrompter::make(const ModelChat& chat) {
   if (!chat.chat_template) return err("the model has no chat template ({})", chat.template_source);
   auto t = ChatTemplate::parse(*chat.chat_template);
   if (!t) return err("{}: {}", chat.template_source, t.error().message);
-  return ChatPrompter(std::move(t).value(), chat.special_tokens, chat.template_source);
+  ChatPrompter p(std::move(t).value(), chat.special_tokens, chat.template_source);
+  const std::string& text = *chat.chat_template;
+  p.renders_tools_ = text.find("tools") != std::string::npos;
+  p.tool_call_tags_ = text.find("<tool_call>") != std::string::npos;
+  return p;
 }
 
-Result<std::string> ChatPrompter::render(const nlohmann::ordered_json& messages) const {
-  auto text = template_.render(messages, /*add_generation_prompt=*/true, special_);
+Result<std::string> ChatPrompter::render(const nlohmann::ordered_json& messages,
+                                         const nlohmann::ordered_json& tools) const {
+  nlohmann::ordered_json vars = special_;
+  if (!tools.is_null()) vars["tools"] = tools;
+  auto text = template_.render(messages, /*add_generation_prompt=*/true, vars);
   if (!text) return err("{}: {}", source_, text.error().message);
   return text;
 }

@@ -74,8 +74,14 @@ class ChatPrompter {
  public:
   // Errors when the model has no chat template or it does not parse.
   static Result<ChatPrompter> make(const ModelChat& chat);
-  // The prompt text of a conversation, ending with the assistant's turn opened.
-  Result<std::string> render(const nlohmann::ordered_json& messages) const;
+  // The prompt text of a conversation, ending with the assistant's turn opened; `tools` (an
+  // array of OpenAI tool definitions, or null) as the template's `tools` variable.
+  Result<std::string> render(const nlohmann::ordered_json& messages,
+                             const nlohmann::ordered_json& tools = nullptr) const;
+  // The template uses the `tools` variable at all.
+  bool renders_tools() const { return renders_tools_; }
+  // Its models answer calls as <tool_call>{"name": ..., "arguments": ...}</tool_call>.
+  bool tool_call_tags() const { return tool_call_tags_; }
 
  private:
   ChatPrompter(ChatTemplate t, nlohmann::ordered_json special, std::string source)
@@ -83,6 +89,8 @@ class ChatPrompter {
   ChatTemplate template_;
   nlohmann::ordered_json special_;
   std::string source_;
+  bool renders_tools_ = false;
+  bool tool_call_tags_ = false;
 };
 
 // As mlx-lm: the model's eos ids plus the tokenizer's id of its eos_token string.

@@ -57,9 +57,10 @@ struct JobOutput {
 struct Job {
   std::string id;
   std::vector<int32_t> prompt;
-  GenerationOptions gen;  // max_tokens already capped to the context
-  int n = 1;              // choices, sharing one prefill
-  int top_logprobs = -1;  // -1: no log-probabilities; k >= 0: the token's and k alternatives
+  GenerationOptions gen;    // max_tokens already capped to the context
+  int n = 1;                // choices, sharing one prefill
+  int top_logprobs = -1;    // -1: no log-probabilities; k >= 0: the token's and k alternatives
+  bool tool_calls = false;  // <tool_call> blocks of the answer become tool_calls
   Clock::time_point arrived = Clock::now();
   bool stream = false;  // the HTTP side wants each piece (else it waits for the end only)
   std::atomic<bool> cancelled{false};

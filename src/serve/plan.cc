@@ -20,7 +20,11 @@ std::variant<std::shared_ptr<Job>, ApiError> plan_job(const CompletionRequest& r
     if (m.prompter == nullptr)
       return bad_request("messages", "invalid_value",
                          "this model has no chat template; use /v1/completions");
-    auto text = m.prompter->render(r.messages);
+    if (!r.tools.is_null() && !r.tools.empty() && !m.prompter->renders_tools())
+      return bad_request("tools", "invalid_value",
+                         "this model's chat template does not render tools");
+    auto text =
+        m.prompter->render(r.messages, r.tools.empty() ? nlohmann::ordered_json() : r.tools);
     if (!text) return bad_request("messages", "invalid_value", text.error().message);
     // The template writes its own BOS, as `tq generate --chat`.
     job->prompt = m.tokenizer->encode(*text, /*add_special=*/false);
@@ -58,6 +62,8 @@ std::variant<std::shared_ptr<Job>, ApiError> plan_job(const CompletionRequest& r
   job->gen.stop = r.stop;
   job->gen.eos = m.eos;
   job->gen.drop_incomplete_tail = true;
+  job->tool_calls = chat && !r.tools.is_null() && !r.tools.empty() && !r.tool_choice_none &&
+                    m.prompter->tool_call_tags();
   job->n = r.n;
   job->top_logprobs = r.top_logprobs;
   job->stream = r.stream;

@@ -10,7 +10,8 @@
 namespace tq::serve {
 namespace {
 
-using json = nlohmann::json;
+// Ordered: tool schemas keep the client's key order (a template's tojson prints them so).
+using json = nlohmann::ordered_json;
 using Fail = std::optional<ApiError>;
 
 ApiError wrong_type(const std::string& param, std::string_view want, const json& v) {
@@ -138,6 +139,55 @@ Fail parse_content(const std::string& param, const json& v, std::string& out) {
   return std::nullopt;
 }
 
+// An assistant turn's tool_calls: [{id, type: "function", function: {name, arguments}}]; the
+// arguments (a JSON text) are handed to the template as an object when they parse as one, as
+// transformers' templates expect.
+Fail parse_tool_calls(const std::string& p, const json& v, json& out) {
+  if (!v.is_array()) return wrong_type(p, "an array", v);
+  out = json::array();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string c = fmt::format("{}[{}]", p, i);
+    if (!v[i].is_object()) return wrong_type(c, "an object", v[i]);
+    std::string id, type = "function", name;
+    json args = json::object();
+    bool has_fn = false;
+    for (const auto& [k, val] : v[i].items()) {
+      if (k == "id") {
+        if (auto f = get_string(c + ".id", val, id)) return f;
+      } else if (k == "type") {
+        if (auto f = get_string(c + ".type", val, type)) return f;
+        if (type != "function") return bad_value(c + ".type", "must be 'function'");
+      } else if (k == "function") {
+        if (!val.is_object()) return wrong_type(c + ".function", "an object", val);
+        has_fn = true;
+        for (const auto& [fk, fv] : val.items()) {
+          const std::string fp = c + ".function." + fk;
+          if (fk == "name") {
+            if (auto f = get_string(fp, fv, name)) return f;
+          } else if (fk == "arguments") {
+            std::string a;
+            if (auto f = get_string(fp, fv, a)) return f;
+            json parsed = json::parse(a, nullptr, /*allow_exceptions=*/false);
+            args = parsed.is_object() ? parsed : json(a);
+          } else {
+            return bad_request(fp, "unknown_parameter", fmt::format("unknown field '{}'", fp));
+          }
+        }
+      } else {
+        return bad_request(c + "." + k, "unknown_parameter",
+                           fmt::format("unknown field '{}.{}'", c, k));
+      }
+    }
+    if (!has_fn || name.empty())
+      return bad_request(c + ".function.name", "missing_required_parameter",
+                         fmt::format("'{}.function.name' is required", c));
+    json call = {{"type", type}, {"function", {{"name", name}, {"arguments", args}}}};
+    if (!id.empty()) call["id"] = id;
+    out.push_back(std::move(call));
+  }
+  return std::nullopt;
+}
+
 Fail parse_messages(const json& v, nlohmann::ordered_json& out) {
   if (!v.is_array()) return wrong_type("messages", "an array", v);
   if (v.empty()) return bad_value("messages", "must hold at least one message");
@@ -146,8 +196,9 @@ Fail parse_messages(const json& v, nlohmann::ordered_json& out) {
     const std::string p = fmt::format("messages[{}]", i);
     const json& m = v[i];
     if (!m.is_object()) return wrong_type(p, "an object", m);
-    std::string role, content, name;
-    bool has_content = false, has_name = false;
+    std::string role, content, name, tool_call_id;
+    bool has_content = false, has_name = false, has_tool_call_id = false;
+    json tool_calls;
     for (const auto& [k, val] : m.items()) {
       const std::string kp = p + "." + k;
       if (k == "role") {
@@ -159,9 +210,14 @@ Fail parse_messages(const json& v, nlohmann::ordered_json& out) {
       } else if (k == "name") {
         if (auto f = get_string(kp, val, name)) return f;
         has_name = true;
-      } else if (k == "tool_calls" || k == "tool_call_id" || k == "function_call" ||
-                 k == "refusal" || k == "audio") {
-        if (!val.is_null()) return unsupported(kp, " yet");
+      } else if (k == "tool_calls") {
+        if (val.is_null()) continue;
+        if (auto f = parse_tool_calls(kp, val, tool_calls)) return f;
+      } else if (k == "tool_call_id") {
+        if (auto f = get_string(kp, val, tool_call_id)) return f;
+        has_tool_call_id = true;
+      } else if (k == "function_call" || k == "refusal" || k == "audio") {
+        if (!val.is_null()) return unsupported(kp, "");
       } else {
         return bad_request(kp, "unknown_parameter", fmt::format("unknown field '{}'", kp));
       }
@@ -169,19 +225,72 @@ Fail parse_messages(const json& v, nlohmann::ordered_json& out) {
     if (role.empty() && !m.contains("role"))
       return bad_request(p + ".role", "missing_required_parameter",
                          fmt::format("'{}.role' is required", p));
-    if (role == "tool" || role == "function") return unsupported(p + ".role", " yet (tools)");
-    if (role != "system" && role != "developer" && role != "user" && role != "assistant")
-      return bad_value(p + ".role",
-                       fmt::format("must be system, developer, user or assistant, got '{}'", role));
-    if (!has_content)
+    if (role == "function") return unsupported(p + ".role", " (use 'tool')");
+    if (role != "system" && role != "developer" && role != "user" && role != "assistant" &&
+        role != "tool")
+      return bad_value(
+          p + ".role",
+          fmt::format("must be system, developer, user, assistant or tool, got '{}'", role));
+    if (!tool_calls.is_null() && role != "assistant")
+      return bad_value(p + ".tool_calls", "is only allowed on assistant messages");
+    if (has_tool_call_id && role != "tool")
+      return bad_value(p + ".tool_call_id", "is only allowed on tool messages");
+    // An assistant turn that only calls tools may have no content.
+    if (!has_content && tool_calls.is_null())
       return bad_request(p + ".content", "missing_required_parameter",
                          fmt::format("'{}.content' is required", p));
     // Chat templates know system, not developer (OpenAI's newer name for the same turn).
     nlohmann::ordered_json msg = {{"role", role == "developer" ? "system" : role},
                                   {"content", content}};
     if (has_name) msg["name"] = name;
+    if (!tool_calls.is_null()) msg["tool_calls"] = std::move(tool_calls);
+    if (has_tool_call_id) msg["tool_call_id"] = tool_call_id;
     out.push_back(std::move(msg));
   }
+  return std::nullopt;
+}
+
+// tools: [{type: "function", function: {name, description?, parameters?, strict?}}], handed
+// to the chat template as given.
+Fail parse_tools(const json& v, json& out) {
+  if (!v.is_array()) return wrong_type("tools", "an array", v);
+  if (v.size() > 128) return bad_value("tools", "has more than 128 tools");
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string p = fmt::format("tools[{}]", i);
+    const json& t = v[i];
+    if (!t.is_object()) return wrong_type(p, "an object", t);
+    for (const auto& [k, val] : t.items())
+      if (k != "type" && k != "function")
+        return bad_request(p + "." + k, "unknown_parameter",
+                           fmt::format("unknown field '{}.{}'", p, k));
+    auto type = t.find("type");
+    if (type == t.end() || !type->is_string() || *type != "function")
+      return bad_value(p + ".type", "must be 'function'");
+    auto fn = t.find("function");
+    if (fn == t.end())
+      return bad_request(p + ".function", "missing_required_parameter",
+                         fmt::format("'{}.function' is required", p));
+    if (!fn->is_object()) return wrong_type(p + ".function", "an object", *fn);
+    for (const auto& [k, val] : fn->items()) {
+      const std::string fp = p + ".function." + k;
+      if (k == "name") {
+        if (!val.is_string() || val.get_ref<const std::string&>().empty())
+          return bad_value(fp, "must be a non-empty string");
+      } else if (k == "description") {
+        if (!val.is_string()) return wrong_type(fp, "a string", val);
+      } else if (k == "parameters") {
+        if (!val.is_object()) return wrong_type(fp, "an object (a JSON schema)", val);
+      } else if (k == "strict") {
+        if (!val.is_boolean()) return wrong_type(fp, "a boolean", val);
+      } else {
+        return bad_request(fp, "unknown_parameter", fmt::format("unknown field '{}'", fp));
+      }
+    }
+    if (!fn->contains("name"))
+      return bad_request(p + ".function.name", "missing_required_parameter",
+                         fmt::format("'{}.function.name' is required", p));
+  }
+  out = v;
   return std::nullopt;
 }
 
@@ -209,20 +318,10 @@ Fail parse_prompt(const json& v, CompletionRequest& r) {
 
 // Fields OpenAI defines that this server does not implement yet: refused, never ignored.
 bool not_implemented(std::string_view k, Endpoint e) {
-  static constexpr std::string_view kChat[] = {"tools",
-                                               "tool_choice",
-                                               "parallel_tool_calls",
-                                               "functions",
-                                               "function_call",
-                                               "response_format",
-                                               "audio",
-                                               "modalities",
-                                               "prediction",
-                                               "reasoning_effort",
-                                               "service_tier",
-                                               "store",
-                                               "metadata",
-                                               "web_search_options"};
+  static constexpr std::string_view kChat[] = {
+      "functions",  "function_call", "response_format",   "audio",
+      "modalities", "prediction",    "reasoning_effort",  "service_tier",
+      "store",      "metadata",      "web_search_options"};
   static constexpr std::string_view kCompletion[] = {"suffix"};
   for (auto s : kChat)
     if (k == s && e == Endpoint::kChat) return true;
@@ -318,6 +417,21 @@ Fail parse_field(const std::string& k, const json& v, CompletionRequest& r, int6
     top_logprobs = n;
   } else if (!chat && k == "echo") {
     return get_bool(k, v, r.echo);
+  } else if (chat && k == "tools") {
+    return parse_tools(v, r.tools);
+  } else if (chat && k == "tool_choice") {
+    if (v.is_string() && (v == "none" || v == "auto")) {
+      r.tool_choice_none = v == "none";
+    } else if (v.is_string() && v == "required") {
+      return unsupported(k, " as 'required' (only 'auto' and 'none')");
+    } else if (v.is_object()) {
+      return unsupported(k, " naming a function (only 'auto' and 'none')");
+    } else {
+      return bad_value(k, "must be 'none', 'auto', 'required' or a function");
+    }
+  } else if (chat && k == "parallel_tool_calls") {
+    bool b = true;
+    return get_bool(k, v, b);
   } else if (not_implemented(k, r.endpoint)) {
     return unsupported(k, " yet");
   } else {

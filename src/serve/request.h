@@ -37,9 +37,11 @@ struct CompletionRequest {
   bool seeded = false;                // `seed` given (else the server draws one)
   LogitAdjust adjust;                 // logit_bias ids checked against the vocabulary later
   std::vector<std::string> stop;
-  int n = 1;              // choices (up to kMaxChoices), sharing one prefill
-  int top_logprobs = -1;  // -1: no log-probabilities; else the alternatives per token
-  bool echo = false;      // completions: the prompt's text before the completion
+  nlohmann::ordered_json tools;   // chat: the tools as given (null: none)
+  bool tool_choice_none = false;  // tool_choice "none": no calls are parsed out of the answer
+  int n = 1;                      // choices (up to kMaxChoices), sharing one prefill
+  int top_logprobs = -1;          // -1: no log-probabilities; else the alternatives per token
+  bool echo = false;              // completions: the prompt's text before the completion
   bool stream = false;
   bool include_usage = false;
 };

@@ -1,5 +1,7 @@
 #include "serve/responses.h"
 
+#include <fmt/format.h>
+
 namespace tq::serve {
 namespace {
 
@@ -33,10 +35,16 @@ nlohmann::json completion_body(const ResponseHead& h, const std::vector<ChoiceRe
   j["choices"] = nlohmann::json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     nlohmann::json choice = {{"index", i}};
-    if (h.endpoint == Endpoint::kChat)
-      choice["message"] = {{"role", "assistant"}, {"content", choices[i].text}};
-    else
+    if (h.endpoint == Endpoint::kChat) {
+      const auto& c = choices[i];
+      const bool calls = !c.tool_calls.is_null();
+      choice["message"] = {
+          {"role", "assistant"},
+          {"content", calls && c.text.empty() ? nlohmann::json() : nlohmann::json(c.text)}};
+      if (calls) choice["message"]["tool_calls"] = c.tool_calls;
+    } else {
       choice["text"] = choices[i].text;
+    }
     choice["logprobs"] = choices[i].logprobs;
     choice["finish_reason"] = choices[i].finish_reason;
     j["choices"].push_back(std::move(choice));
@@ -46,24 +54,40 @@ nlohmann::json completion_body(const ResponseHead& h, const std::vector<ChoiceRe
   return j;
 }
 
-nlohmann::json chunk_body(const ResponseHead& h, int index, const std::string* text, bool first,
-                          const std::string* finish_reason, const nlohmann::json* logprobs,
-                          bool with_usage) {
+nlohmann::json chunk_body(const ResponseHead& h, const ChunkDelta& d, bool with_usage) {
   nlohmann::json j = head_json(h, "chat.completion.chunk", "text_completion");
-  nlohmann::json choice = {{"index", index}};
+  nlohmann::json choice = {{"index", d.index}};
   if (h.endpoint == Endpoint::kChat) {
     nlohmann::json delta = nlohmann::json::object();
-    if (first) delta["role"] = "assistant";
-    if (text != nullptr) delta["content"] = *text;
+    if (d.first) delta["role"] = "assistant";
+    if (d.text != nullptr) delta["content"] = *d.text;
+    if (d.tool_calls != nullptr) delta["tool_calls"] = *d.tool_calls;
     choice["delta"] = std::move(delta);
   } else {
-    choice["text"] = text != nullptr ? *text : "";
+    choice["text"] = d.text != nullptr ? *d.text : "";
   }
-  choice["logprobs"] = logprobs != nullptr ? *logprobs : nlohmann::json();
-  choice["finish_reason"] = finish_reason ? nlohmann::json(*finish_reason) : nlohmann::json();
+  choice["logprobs"] = d.logprobs != nullptr ? *d.logprobs : nlohmann::json();
+  choice["finish_reason"] =
+      d.finish_reason != nullptr ? nlohmann::json(*d.finish_reason) : nlohmann::json();
   j["choices"] = nlohmann::json::array({choice});
   if (with_usage) j["usage"] = nullptr;
   return j;
+}
+
+nlohmann::json tool_calls_json(std::span<const ToolCall> calls, const std::string& job_id,
+                               int choice, int first_index, bool stream) {
+  nlohmann::json out = nlohmann::json::array();
+  int k = first_index;
+  for (const auto& c : calls) {
+    nlohmann::json e;
+    if (stream) e["index"] = k;
+    e["id"] = fmt::format("call_{}_{}_{}", job_id.substr(job_id.find('-') + 1), choice, k);
+    e["type"] = "function";
+    e["function"] = {{"name", c.name}, {"arguments", c.arguments}};
+    out.push_back(std::move(e));
+    ++k;
+  }
+  return out;
 }
 
 nlohmann::json usage_chunk_body(const ResponseHead& h, int64_t prompt_tokens,

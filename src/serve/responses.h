@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,7 @@
 
 #include "serve/job.h"
 #include "serve/request.h"
+#include "serve/tool_calls.h"
 
 namespace tq::serve {
 
@@ -28,19 +30,32 @@ nlohmann::json timings_json(const JobTimings& t);
 struct ChoiceResult {
   std::string text;
   std::string finish_reason;
-  nlohmann::json logprobs;  // null when not asked
+  nlohmann::json logprobs;    // null when not asked
+  nlohmann::json tool_calls;  // chat: OpenAI's tool_calls array, null when none
 };
 
 // The whole response of a request that did not stream.
 nlohmann::json completion_body(const ResponseHead& h, const std::vector<ChoiceResult>& choices,
                                int64_t prompt_tokens, const JobOutput& out);
 
-// One stream chunk of choice `index`. Chat: the first carries the role; text in `content`; the
-// last one an empty delta and the finish reason. Completions: text in `text`. with_usage adds
-// "usage": null (the client asked for a final usage chunk).
-nlohmann::json chunk_body(const ResponseHead& h, int index, const std::string* text, bool first,
-                          const std::string* finish_reason, const nlohmann::json* logprobs,
-                          bool with_usage);
+// What one stream chunk of one choice carries (null pointers: absent).
+struct ChunkDelta {
+  int index = 0;
+  bool first = false;  // chat: the role
+  const std::string* text = nullptr;
+  const nlohmann::json* tool_calls = nullptr;  // chat: [{index, id, type, function}]
+  const nlohmann::json* logprobs = nullptr;
+  const std::string* finish_reason = nullptr;
+};
+
+// One stream chunk. Chat: text in the delta's `content`; completions: in `text`. with_usage
+// adds "usage": null (the client asked for a final usage chunk).
+nlohmann::json chunk_body(const ResponseHead& h, const ChunkDelta& d, bool with_usage);
+// OpenAI's tool_calls array for `calls`, numbered from first_index; ids "call_<job>_<choice>_<k>".
+// Streamed, each entry also carries its "index".
+nlohmann::json tool_calls_json(std::span<const ToolCall> calls, const std::string& job_id,
+                               int choice, int first_index, bool stream);
+
 // The final usage chunk (no choices), with timings.
 nlohmann::json usage_chunk_body(const ResponseHead& h, int64_t prompt_tokens, const JobOutput& out);
 

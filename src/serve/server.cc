@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <ctime>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -20,6 +22,7 @@
 #include "serve/plan.h"
 #include "serve/request.h"
 #include "serve/responses.h"
+#include "serve/tool_calls.h"
 
 namespace tq::serve {
 namespace {
@@ -67,6 +70,12 @@ class Service {
     TQ_TRY(Tokenizer tok, load_model_tokenizer(m));
     tok_.emplace(std::move(tok));
     TQ_TRY(ModelChat chat, load_model_chat(m));
+    if (!o_.chat_template_file.empty()) {
+      std::ifstream f(o_.chat_template_file, std::ios::binary);
+      if (!f) return err("cannot read --chat-template {}", o_.chat_template_file);
+      chat.chat_template = std::string(std::istreambuf_iterator<char>(f), {});
+      chat.template_source = o_.chat_template_file;
+    }
     if (auto pr = ChatPrompter::make(chat); pr.ok()) {
       prompter_.emplace(std::move(pr).value());
       info_.prompter = &*prompter_;
@@ -205,8 +214,17 @@ void Service::completion(const Request& req, Response& res, const httplib::Conte
         if (out.finish_reason == "cancelled")
           return send_error(res, unavailable(out.error.empty() ? "cancelled" : out.error));
         for (size_t i = 0; i < choices.size(); ++i) {
-          choices[i].finish_reason = out.choices[i].finish_reason;
-          if (logprobs) choices[i].logprobs = logprobs_json(lps[i], echo.size());
+          auto& c = choices[i];
+          c.finish_reason = out.choices[i].finish_reason;
+          if (logprobs) c.logprobs = logprobs_json(lps[i], echo.size());
+          if (!job->tool_calls) continue;
+          ToolCallParser parser;
+          ToolCallPieces a = parser.feed(c.text), b = parser.finish();
+          c.text = a.content + b.content;
+          for (auto& call : b.calls) a.calls.push_back(std::move(call));
+          if (a.calls.empty()) continue;
+          c.tool_calls = tool_calls_json(a.calls, job->id, static_cast<int>(i), 0, false);
+          if (c.finish_reason == "stop") c.finish_reason = "tool_calls";
         }
         return send_json(res, completion_body(head, choices, prompt_tokens, out));
       }
@@ -220,13 +238,15 @@ void Service::completion(const Request& req, Response& res, const httplib::Conte
   // What one stream has sent so far.
   struct StreamState {
     bool first = true;
-    std::vector<bool> finished;  // per choice: its finish chunk went out
-    std::vector<size_t> offset;  // per choice: bytes of text sent (completions' text_offset)
+    std::vector<bool> finished;         // per choice: its finish chunk went out
+    std::vector<size_t> offset;         // per choice: bytes of text sent (completions' text_offset)
+    std::vector<ToolCallParser> tools;  // per choice, when the answer's calls are parsed out
     Clock::time_point last_write = Clock::now();
   };
   auto st = std::make_shared<StreamState>();
   st->finished.assign(static_cast<size_t>(job->n), false);
   st->offset.assign(static_cast<size_t>(job->n), echo.size());
+  if (job->tool_calls) st->tools.resize(static_cast<size_t>(job->n));
   const bool usage = r.include_usage;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
@@ -247,26 +267,47 @@ void Service::completion(const Request& req, Response& res, const httplib::Conte
         if (st->first) {  // each choice's role (chat) or echoed prompt (completions) first
           st->first = false;
           const std::string empty;
-          for (int i = 0; i < job->n; ++i)
-            if ((chat || !echo.empty()) &&
-                !send(chunk_body(head, i, chat ? &empty : &echo, true, nullptr, nullptr, usage)))
-              return give_up();
+          for (int i = 0; i < job->n; ++i) {
+            ChunkDelta d{.index = i, .first = true, .text = chat ? &empty : &echo};
+            if ((chat || !echo.empty()) && !send(chunk_body(head, d, usage))) return give_up();
+          }
         }
         JobOutput out = job->take(kPoll);
         for (int i = 0; i < job->n; ++i) {
-          auto& c = out.choices[static_cast<size_t>(i)];
-          if (!c.text.empty() || !c.logprobs.empty()) {
-            json lp;
-            if (logprobs) lp = logprobs_json(c.logprobs, st->offset[static_cast<size_t>(i)]);
-            st->offset[static_cast<size_t>(i)] += c.text.size();
-            if (!send(
-                    chunk_body(head, i, &c.text, false, nullptr, logprobs ? &lp : nullptr, usage)))
-              return give_up();
-          }
+          const auto ui = static_cast<size_t>(i);
+          auto& c = out.choices[ui];
           const bool normal = c.finish_reason == "stop" || c.finish_reason == "length";
-          if (c.done && normal && !st->finished[static_cast<size_t>(i)]) {
-            st->finished[static_cast<size_t>(i)] = true;
-            if (!send(chunk_body(head, i, nullptr, false, &c.finish_reason, nullptr, usage)))
+          const bool ends = c.done && normal && !st->finished[ui];
+          std::string text = std::move(c.text);
+          json calls;
+          int first_call = 0;
+          if (!st->tools.empty()) {  // calls out of the text; a possible call held back
+            first_call = st->tools[ui].calls();
+            ToolCallPieces a = st->tools[ui].feed(text);
+            if (ends) {
+              ToolCallPieces b = st->tools[ui].finish();
+              a.content += b.content;
+              for (auto& call : b.calls) a.calls.push_back(std::move(call));
+            }
+            text = std::move(a.content);
+            if (!a.calls.empty()) calls = tool_calls_json(a.calls, job->id, i, first_call, true);
+          }
+          if (!text.empty() || !c.logprobs.empty() || !calls.is_null()) {
+            json lp;
+            if (logprobs) lp = logprobs_json(c.logprobs, st->offset[ui]);
+            st->offset[ui] += text.size();
+            ChunkDelta d{.index = i, .text = &text};
+            if (!calls.is_null()) d.tool_calls = &calls;
+            if (chat && text.empty() && !calls.is_null()) d.text = nullptr;
+            if (logprobs) d.logprobs = &lp;
+            if (!send(chunk_body(head, d, usage))) return give_up();
+          }
+          if (ends) {
+            st->finished[ui] = true;
+            std::string reason = c.finish_reason;
+            if (reason == "stop" && !st->tools.empty() && st->tools[ui].calls() > 0)
+              reason = "tool_calls";
+            if (!send(chunk_body(head, ChunkDelta{.index = i, .finish_reason = &reason}, usage)))
               return give_up();
           }
         }

@@ -16,9 +16,10 @@ namespace tq::serve {
 struct ServeOptions {
   std::string model;  // MLX dir, HF dir or GGUF file
   std::string host = "127.0.0.1";
-  int port = 8080;      // 0: any free port (printed)
-  int64_t ctx = 0;      // tokens per sequence (0: the model's max_position_embeddings)
-  std::string api_key;  // empty: no authentication
+  int port = 8080;                 // 0: any free port (printed)
+  int64_t ctx = 0;                 // tokens per sequence (0: the model's max_position_embeddings)
+  std::string api_key;             // empty: no authentication
+  std::string chat_template_file;  // a Jinja file in place of the model's template
   double drain_timeout_s = 30;
   size_t max_body_bytes = size_t{4} << 20;
   double upload_timeout_s = 30;  // a request body must arrive within this (408 after)

@@ -4,9 +4,33 @@
 const path = require("path");
 const { OpenAI } = require(path.join(process.env.TQ_NPM, "node_modules", "openai"));
 
+// Tools mode (argv[4] == "tools"): the request {messages, tools} from stdin, answered streamed
+// and not; prints both tool_calls lists.
+async function tools(client, model) {
+  const req = JSON.parse(require("fs").readFileSync(0, "utf8"));
+  const kw = { model, ...req, temperature: 0, max_tokens: 60 };
+  const plain = await client.chat.completions.create(kw);
+  const calls = [];
+  let finish = null;
+  for await (const chunk of await client.chat.completions.create({ ...kw, stream: true })) {
+    if (!chunk.choices.length) continue;
+    for (const tc of chunk.choices[0].delta.tool_calls || []) {
+      calls[tc.index] = calls[tc.index] || { name: "", arguments: "" };
+      calls[tc.index].name += tc.function.name || "";
+      calls[tc.index].arguments += tc.function.arguments || "";
+    }
+    finish = chunk.choices[0].finish_reason || finish;
+  }
+  console.log(JSON.stringify({
+    plain: plain.choices[0].message.tool_calls.map((c) => c.function),
+    plain_finish: plain.choices[0].finish_reason, streamed: calls, streamed_finish: finish,
+  }));
+}
+
 async function main() {
-  const [baseURL, model] = process.argv.slice(2);
+  const [baseURL, model, mode] = process.argv.slice(2);
   const client = new OpenAI({ baseURL, apiKey: "none", maxRetries: 0 });
+  if (mode === "tools") return tools(client, model);
   const messages = [{ role: "user", content: "Name a colour." }];
   const chat = await client.chat.completions.create({ model, messages, max_tokens: 12, temperature: 0 });
   let streamed = "";

