@@ -1,7 +1,10 @@
 #include "base/byte_size.h"
 
+#include <fmt/format.h>
+
 #include <charconv>
 #include <cmath>
+#include <iterator>
 #include <utility>
 
 namespace tq {
@@ -38,6 +41,15 @@ Result<uint64_t> parse_byte_size(std::string_view text, std::string_view what) {
     return static_cast<uint64_t>(bytes);
   }
   return bad();
+}
+
+std::string format_bytes(uint64_t bytes) {
+  constexpr std::string_view kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  size_t u = 0;
+  while (v >= 1024 && u + 1 < std::size(kUnits)) v /= 1024, ++u;
+  if (u == 0) return fmt::format("{} B", bytes);
+  return fmt::format("{:.{}f} {}", v, v < 10 ? 2 : v < 100 ? 1 : 0, kUnits[u]);
 }
 
 }  // namespace tq

@@ -1,6 +1,7 @@
 // tq serve MODEL: the OpenAI-compatible HTTP server (serve/server.h) with the runtime flags.
 #include <memory>
 
+#include "base/byte_size.h"
 #include "cli/runtime_flags.h"
 #include "cli/verb.h"
 #include "serve/server.h"
@@ -55,6 +56,14 @@ const bool kRegistered = register_verb(
        app.add_option("--drain-timeout", o->drain_timeout_s,
                       "seconds in-flight requests may finish after SIGINT/SIGTERM")
            ->capture_default_str();
+       app.add_option_function<std::string>(
+           "--memory-budget",
+           [o](const std::string& v) {
+             auto b = parse_byte_size(v, "--memory-budget");
+             if (!b) throw CLI::ValidationError(b.error().message);
+             o->memory_budget = *b;
+           },
+           "bytes for weights, scratch and KV blocks, e.g. 4GiB (default: 90% of free memory)");
        app.add_option("--chat-template", o->chat_template_file,
                       "a Jinja chat template file in place of the model's")
            ->check(CLI::ExistingFile);

@@ -9,6 +9,7 @@
 #include <string>
 #include <thread>
 
+#include "base/proc_memory.h"
 #include "kernels/sampling.h"
 #include "kernels/vec_ops.h"
 
@@ -32,15 +33,6 @@ Spread spread(std::vector<double> v) {
   const size_t n = v.size();
   s.median = n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
   return s;
-}
-
-uint64_t peak_rss_bytes() {
-  std::ifstream f("/proc/self/status");
-  std::string line;
-  while (std::getline(f, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
-  }
-  return 0;
 }
 
 double measure_read_bandwidth(int threads, uint64_t bytes) {
@@ -114,7 +106,7 @@ Result<BenchResult> run_bench(const Transformer& t, const BenchOptions& o,
     }
     r.points.push_back({len, spread(pre), spread(dec), spread(ttft)});
   }
-  r.peak_rss_bytes = peak_rss_bytes();
+  r.peak_rss_bytes = peak_resident_bytes();
   r.bytes_per_token = t.bytes_per_token();
   r.bandwidth_bytes_s = measure_read_bandwidth(t.threads());
   r.roofline_tok_s =

@@ -52,9 +52,6 @@ Result<BenchResult> run_bench(const Transformer& t, const BenchOptions& o,
 // weights; best of three passes after one untimed pass that faults the pages in.
 double measure_read_bandwidth(int threads, uint64_t bytes = uint64_t{1} << 30);
 
-// The process's peak resident set (VmHWM), in bytes; 0 when unknown.
-uint64_t peak_rss_bytes();
-
 // The --json object: prefill_tok_s / decode_tok_s / ttft_s are the medians at the first prompt
 // length; "points" holds min/median/max per length.
 nlohmann::json bench_json(const BenchResult& r, const BenchOptions& o);

@@ -31,6 +31,10 @@ struct KvCache {
   std::vector<float> k, v;
   std::vector<uint16_t> k16, v16;
   void clear() { n = 0; }
+  int64_t bytes() const {
+    return static_cast<int64_t>((k.size() + v.size()) * sizeof(float) +
+                                (k16.size() + v16.size()) * sizeof(uint16_t));
+  }
 };
 
 // Fast runtime: the element type of the KV cache. f16 halves the bytes decode attention reads.

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "base/proc_memory.h"
+
 namespace tq::serve {
 
 void Histogram::observe(double seconds) {
@@ -43,6 +45,19 @@ std::string Metrics::prometheus() const {
   one("tq_requests_running", "gauge", "Sequences admitted and not finished.", running.load());
   one("tq_requests_waiting", "gauge", "Requests queued for admission.", waiting.load());
   one("tq_kv_cache_bytes", "gauge", "Bytes of the running sequences' KV caches.", kv_bytes.load());
+  one("tq_kv_blocks_used", "gauge", "KV blocks (16 positions) the running sequences hold.",
+      kv_blocks_used.load());
+  one("tq_kv_blocks_total", "gauge", "KV blocks the memory budget allows (0: no limit).",
+      kv_blocks_total.load());
+  one("tq_memory_budget_bytes", "gauge", "Memory budget: weights, scratch and KV blocks.",
+      memory_budget.load());
+  one("tq_memory_fixed_bytes", "gauge",
+      "Of the budget: weights, scratch and margins (the rest is KV blocks).", memory_fixed.load());
+  one("tq_kv_block_bytes", "gauge", "Bytes of one KV block.", kv_block_bytes.load());
+  one("tq_resident_bytes", "gauge", "Resident memory of the process now.",
+      static_cast<int64_t>(resident_bytes()));
+  one("tq_peak_resident_bytes", "gauge", "Most resident memory the process ever had.",
+      static_cast<int64_t>(peak_resident_bytes()));
   one("tq_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.",
       prompt_tokens.load());
   one("tq_generation_tokens_total", "counter", "Tokens generated.", generation_tokens.load());

@@ -29,6 +29,11 @@ struct Metrics {
   std::atomic<int64_t> running{0};   // sequences admitted, not finished
   std::atomic<int64_t> waiting{0};   // queued, not admitted
   std::atomic<int64_t> kv_bytes{0};  // bytes of the running sequences' KV caches
+  std::atomic<int64_t> kv_blocks_used{0};
+  std::atomic<int64_t> kv_blocks_total{0};  // 0: no limit
+  std::atomic<int64_t> memory_budget{0};    // bytes
+  std::atomic<int64_t> memory_fixed{0};     // of which weights, scratch and margins
+  std::atomic<int64_t> kv_block_bytes{0};
   std::atomic<int64_t> prompt_tokens{0};
   std::atomic<int64_t> generation_tokens{0};
   std::atomic<int64_t> steps{0};      // batched forward passes

@@ -4,6 +4,8 @@
 
 #include <random>
 
+#include "serve/scheduler.h"
+
 namespace tq::serve {
 
 std::variant<std::shared_ptr<Job>, ApiError> plan_job(const CompletionRequest& r,
@@ -50,8 +52,17 @@ std::variant<std::shared_ptr<Job>, ApiError> plan_job(const CompletionRequest& r
                        fmt::format("the prompt has {} tokens; this server's context is {} tokens "
                                    "(prompt and completion), so it leaves no room to generate",
                                    len, m.ctx));
-  // max_tokens is a ceiling: what does not fit the context ends with finish_reason "length".
-  const int64_t room = m.ctx - len;
+  // What fits the memory budget if the request ran alone: its `n` choices' blocks.
+  const int64_t fits = m.kv_blocks > 0 ? m.kv_blocks / r.n * kKvBlock : m.ctx;
+  if (len >= fits)
+    return bad_request(prompt_param, "context_length_exceeded",
+                       fmt::format("the prompt has {} tokens; this server's memory budget holds "
+                                   "{} positions for each of {} choice(s), which leaves no room "
+                                   "to generate",
+                                   len, fits, r.n));
+  // max_tokens is a ceiling: what does not fit the context (or the budget) ends with
+  // finish_reason "length".
+  const int64_t room = std::min(m.ctx, fits) - len;
   job->gen.max_tokens = r.max_tokens ? std::min(*r.max_tokens, room) : room;
   job->gen.sampling = r.sampling;
   if (!r.seeded) {

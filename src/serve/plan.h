@@ -25,7 +25,8 @@ struct ModelInfo {
   const ChatPrompter* prompter = nullptr;  // null: the model has no chat template
   std::vector<int32_t> eos;
   int64_t vocab = 0;
-  int64_t ctx = 0;  // tokens per sequence: prompt + generation
+  int64_t ctx = 0;        // tokens per sequence: prompt + generation
+  int64_t kv_blocks = 0;  // KV blocks of the memory budget, all sequences together (0: no limit)
 };
 
 std::variant<std::shared_ptr<Job>, ApiError> plan_job(const CompletionRequest& r,

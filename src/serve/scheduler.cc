@@ -13,11 +13,6 @@ double ms_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
-int64_t cache_bytes(const KvCache& c) {
-  return static_cast<int64_t>((c.k.size() + c.v.size()) * sizeof(float) +
-                              (c.k16.size() + c.v16.size()) * sizeof(uint16_t));
-}
-
 }  // namespace
 
 struct Scheduler::Seq {
@@ -27,6 +22,7 @@ struct Scheduler::Seq {
   std::vector<float> logits;
   int choice = 0;         // which of the job's `n` choices
   int forks = 0;          // choices still to fork from this one when its prefill ends
+  int64_t blocks = 0;     // KV blocks held (a sequence that forks: its choices' too, until then)
   int64_t prefilled = 0;  // prompt tokens in the cache
   int64_t chunk = 0;      // prompt tokens fed this step (0: a decode row)
   int32_t last = -1;      // the token to feed next (decode)
@@ -103,7 +99,9 @@ void Scheduler::retire(Seq& s, const char* reason, std::string error) {
   const int64_t n = s.gen.count();
   j.generated += n;
   j.finish_choice(s.choice, reason, n);
-  m_.kv_bytes -= cache_bytes(s.cache);
+  m_.kv_bytes -= s.cache.bytes();
+  blocks_used_ -= s.blocks;
+  m_.kv_blocks_used = blocks_used_;
   // Choices never forked end with this one.
   for (int i = 0; i < s.forks; ++i) j.finish_choice(s.choice + 1 + i, reason, 0);
   j.choices_left -= 1 + s.forks;
@@ -129,22 +127,30 @@ void Scheduler::run() {
         if (j->cancelled) dropped.push_back(j);
         return j->cancelled.load();
       });
-      // First come, first served: the head waits until its `n` rows fit (or nothing runs).
-      while (!waiting_.empty() &&
-             (running.empty() ||
-              static_cast<int>(running.size()) + waiting_.front()->n <= max_running_)) {
+      // First come, first served: the head waits until its `n` rows and its KV blocks fit (rows:
+      // or nothing runs; blocks: planning capped max_tokens so that it fits alone).
+      auto fits = [&](const Job& j) {
+        const int64_t blocks =
+            j.n * kv_blocks_for(static_cast<int64_t>(j.prompt.size()) + j.gen.max_tokens);
+        const bool rows = running.empty() || static_cast<int>(running.size()) + j.n <= max_running_;
+        return rows && (o_.kv_blocks == 0 || blocks_used_ + blocks <= o_.kv_blocks);
+      };
+      while (!waiting_.empty() && fits(*waiting_.front())) {
         auto job = std::move(waiting_.front());
         waiting_.pop_front();
         const auto len = static_cast<int64_t>(job->prompt.size());
+        const int64_t blocks = kv_blocks_for(len + job->gen.max_tokens);
         job->admitted = Clock::now();
         job->choices_left = job->n;
-        auto s = std::unique_ptr<Seq>(
-            new Seq{job, model_.new_cache(len + job->gen.max_tokens),
-                    Generation(tok_, choice_options(*job, 0)),
-                    std::vector<float>(static_cast<size_t>(model_.config().vocab_size))});
+        auto s = std::unique_ptr<Seq>(new Seq{
+            job, model_.new_cache(blocks * kKvBlock), Generation(tok_, choice_options(*job, 0)),
+            std::vector<float>(static_cast<size_t>(model_.config().vocab_size))});
         s->forks = job->n - 1;
+        s->blocks = blocks * job->n;
+        blocks_used_ += s->blocks;
+        m_.kv_blocks_used = blocks_used_;
         m_.prompt_tokens += len;
-        m_.kv_bytes += cache_bytes(s->cache);
+        m_.kv_bytes += s->cache.bytes();
         running.push_back(std::move(s));
       }
       running_count_ = static_cast<int64_t>(running.size());
@@ -210,11 +216,13 @@ void Scheduler::step(std::vector<std::unique_ptr<Seq>>& running) {
       s->prefilled += s->chunk;
       if (!s->decoding()) continue;  // more prompt to go: these logits are not wanted
       // `n` choices share the prefill: each fork starts from a copy of its cache and logits.
+      const int64_t own = s->blocks / (1 + s->forks);
       for (int i = 1; i <= s->forks; ++i) {
         auto f = std::unique_ptr<Seq>(
             new Seq{s->job, s->cache, Generation(tok_, choice_options(*s->job, s->choice + i)),
-                    s->logits, s->choice + i, 0, s->prefilled});
-        m_.kv_bytes += cache_bytes(f->cache);
+                    s->logits, s->choice + i, 0, own, s->prefilled});
+        s->blocks -= own;
+        m_.kv_bytes += f->cache.bytes();
         forked.push_back(std::move(f));
       }
       s->forks = 0;

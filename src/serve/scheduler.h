@@ -6,7 +6,10 @@
 // A sequence's tokens depend only on its own request: its own sampler and RNG, and prefill
 // chunks cut at multiples of prefill_chunk from position 0, whatever runs beside it.
 // A request with `n` choices prefills once; its other choices fork from that sequence.
-// KV memory: one cache per sequence, sized prompt + max_tokens (fixed-size blocks come later).
+// KV memory: a request is admitted when the blocks of its prompt + generation ceiling (times
+// its choices) fit beside those the running sequences hold; each sequence's cache has exactly
+// its blocks, allocated at admission and freed when it ends (one pool of counted blocks; the
+// blocks of one sequence are contiguous).
 #pragma once
 
 #include <condition_variable>
@@ -23,12 +26,17 @@
 
 namespace tq::serve {
 
+// KV memory is counted in blocks of this many positions (the fast runtime's key layout).
+inline constexpr int64_t kKvBlock = 16;
+inline int64_t kv_blocks_for(int64_t positions) { return (positions + kKvBlock - 1) / kKvBlock; }
+
 struct SchedulerOptions {
   int max_seqs = 4;             // sequences running at once
   int batch = 0;                // sequences per step (0: max_seqs); 1: the strict serial executor
   int queue = 16;               // requests waiting beyond the free running slots
   int64_t prefill_chunk = 128;  // prompt tokens per sequence per step
   int64_t step_tokens = 256;    // tokens per step (decode rows + prefill), one chunk at least
+  int64_t kv_blocks = 0;        // KV blocks all sequences may hold together (0: no limit)
   bool log = true;              // one line per finished request on stderr
 };
 
@@ -63,6 +71,7 @@ class Scheduler {
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> waiting_;
   int64_t running_count_ = 0;
+  int64_t blocks_used_ = 0;  // scheduler thread only
   bool stop_ = false;
   std::thread thread_;
   std::vector<float> scratch_;  // raw logits for log-probabilities

@@ -14,6 +14,8 @@
 #include <optional>
 #include <thread>
 
+#include "base/byte_size.h"
+#include "base/proc_memory.h"
 #include "model/model_chat.h"
 #include "model/model_source.h"
 #include "model/model_tokenizer.h"
@@ -98,9 +100,53 @@ class Service {
     info_.ctx = o_.ctx > 0                        ? o_.ctx
                 : cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings
                                                   : 4096;
-    scheduler_ = std::make_unique<Scheduler>(*model_, *tok_, o_.scheduler, metrics_);
+    SchedulerOptions so = o_.scheduler;
+    TQ_TRY(so.kv_blocks, plan_memory());
+    info_.kv_blocks = so.kv_blocks;
+    scheduler_ = std::make_unique<Scheduler>(*model_, *tok_, so, metrics_);
     phase_ = Phase::kReady;
     return ok_status();
+  }
+
+  // Splits the memory budget: what the process holds after a warm-up step at the largest step
+  // size (weights, scratch), per-sequence buffers, and the rest as KV blocks (returned).
+  Result<int64_t> plan_memory() {
+    const uint64_t budget = o_.memory_budget > 0 ? o_.memory_budget : default_budget_;
+    const int64_t step = std::min<int64_t>(o_.scheduler.step_tokens, info_.ctx);
+    {
+      KvCache warm = model_->new_cache(step);
+      std::vector<int32_t> ids(static_cast<size_t>(step), 0);
+      std::vector<float> logits(static_cast<size_t>(info_.vocab));
+      TQ_CHECK_OK(model_->forward(ids, warm, logits, /*all_logits=*/false));
+    }
+    const uint64_t held = std::max(resident_bytes(), peak_resident_bytes());
+    // Each sequence's logits (and the raw copy logprobs take), a choice's fork too; a margin
+    // for the allocator and the HTTP threads.
+    const uint64_t per_seq = uint64_t{2} * sizeof(float) * static_cast<uint64_t>(info_.vocab);
+    const uint64_t fixed =
+        held + per_seq * static_cast<uint64_t>(o_.scheduler.max_seqs + 8) + (uint64_t{32} << 20);
+    const uint64_t block =
+        static_cast<uint64_t>(std::max<int64_t>(1, model_->new_cache(kKvBlock).bytes()));
+    if (budget < fixed + block)
+      return err("--memory-budget {} is below what the model needs: {} for weights and scratch",
+                 format_bytes(budget), format_bytes(fixed));
+    const auto blocks = static_cast<int64_t>((budget - fixed) / block);
+    metrics_.memory_budget = static_cast<int64_t>(budget);
+    metrics_.kv_blocks_total = blocks;
+    metrics_.memory_fixed = static_cast<int64_t>(fixed);
+    metrics_.kv_block_bytes = static_cast<int64_t>(block);
+    std::fprintf(stderr,
+                 "tq serve: memory budget %s%s: weights and scratch %s, KV %lld blocks of %lld "
+                 "positions (%s, %lld tokens)\n",
+                 format_bytes(budget).c_str(), o_.memory_budget > 0 ? "" : " (90% of free memory)",
+                 format_bytes(fixed).c_str(), static_cast<long long>(blocks),
+                 static_cast<long long>(kKvBlock), format_bytes(blocks * block).c_str(),
+                 static_cast<long long>(blocks * kKvBlock));
+    return blocks;
+  }
+  // Read before anything is loaded: 90% of what is free now plus what this process holds.
+  void note_free_memory() {
+    default_budget_ = (available_memory_bytes() + resident_bytes()) / 10 * 9;
   }
 
   void install(httplib::Server& svr);
@@ -132,6 +178,7 @@ class Service {
   Metrics metrics_;
   std::atomic<uint64_t> ids_{0};
   std::string runtime_name_;
+  uint64_t default_budget_ = 0;
 };
 
 // The body, read within the upload time limit and the size limit (a slow or endless upload
@@ -451,6 +498,7 @@ Status run_server(const ServeOptions& o) {
 
   TQ_TRY(ModelSource m, open_model(o.model));
   Service service(o);
+  service.note_free_memory();
   TQ_CHECK_OK(service.load_text(m));
 
   httplib::Server svr;
@@ -497,7 +545,8 @@ Status run_server(const ServeOptions& o) {
   svr.stop();
   http.join();
   if (failed && !signalled) return err("the HTTP server stopped unexpectedly");
-  std::fprintf(stderr, "tq serve: stopped\n");
+  std::fprintf(stderr, "tq serve: stopped (peak resident memory %s)\n",
+               format_bytes(peak_resident_bytes()).c_str());
   return ok_status();
 }
 

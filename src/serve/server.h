@@ -21,6 +21,7 @@ struct ServeOptions {
   std::string api_key;             // empty: no authentication
   std::string chat_template_file;  // a Jinja file in place of the model's template
   double drain_timeout_s = 30;
+  uint64_t memory_budget = 0;  // bytes: weights, scratch and KV blocks (0: from free memory)
   size_t max_body_bytes = size_t{4} << 20;
   double upload_timeout_s = 30;  // a request body must arrive within this (408 after)
   double keep_alive_s = 5;       // longest silence on an open stream (an SSE comment then)

@@ -571,3 +571,51 @@ def test_tool_calls_through_the_openai_npm_client(tool_server, tq_cache):
     for calls in (out["plain"], out["streamed"]):
         assert [(c["name"], json.loads(c["arguments"])) for c in calls] == \
             [("get_weather", {"city": "Berlin"})]
+
+
+def test_memory_budget_admission(tq_bin, smollm2_gguf):
+    """--memory-budget: requests wait for KV blocks instead of overrunning memory; max_tokens
+    beyond what the budget holds is capped (finish_reason length), a prompt that cannot fit is
+    a 400; nothing is a 5xx, peak resident memory stays within the budget, blocks all return."""
+    probe = Server(tq_bin, smollm2_gguf, "--threads", "2", "--ctx", "4096")
+    m = probe.metrics()
+    assert probe.stop() == 0
+    fixed, block = m["tq_memory_fixed_bytes"], m["tq_kv_block_bytes"]
+    assert fixed > 0 and block > 0 and m["tq_kv_blocks_total"] > 100
+    budget = int(fixed + 60 * block)  # about 960 positions of KV in all
+    s = Server(tq_bin, smollm2_gguf, "--threads", "2", "--ctx", "4096", "--max-seqs", "8",
+               "--queue", "16", "--memory-budget", str(budget))
+    try:
+        # The resident memory after loading varies by a few MiB from one start to the next.
+        assert 45 <= s.metrics()["tq_kv_blocks_total"] <= 60
+        c = client(s)
+        mid = model_id(s)
+        story = "Once upon a time, in a small village by the sea, there lived an old fisherman. "
+
+        def one(i):
+            # Odd: a broad ceiling (capped to the positions the budget holds, so the request runs
+            # alone); even: 24 tokens (several fit at once).
+            try:
+                r = c.completions.create(model=mid, prompt=story * (2 + i % 3), temperature=0,
+                                         max_tokens=100000 if i % 2 else 24,
+                                         stop=None if i % 2 == 0 else ["\n"])
+                return 200, r.choices[0].finish_reason, r.usage.completion_tokens
+            except openai.APIStatusError as e:
+                return e.status_code, None, 0
+
+        with cf.ThreadPoolExecutor(10) as ex:
+            res = list(ex.map(one, range(10)))
+        assert all(st in (200, 429) for st, _, _ in res), res
+        assert sum(st == 200 for st, _, _ in res) >= 8, res
+        assert all(n <= 24 for st, _, n in res[::2] if st == 200)
+        # A prompt longer than the budget's positions: refused, not queued forever.
+        with pytest.raises(openai.BadRequestError) as e:
+            c.completions.create(model=mid, prompt=story * 60, max_tokens=4)
+        assert e.value.code == "context_length_exceeded"
+        m = s.metrics()
+        assert m["tq_kv_blocks_used"] == 0 and m["tq_requests_running"] == 0
+        assert m["tq_peak_resident_bytes"] <= budget, (m["tq_peak_resident_bytes"], budget)
+        print(f"budget {budget / 2**20:.1f} MiB, peak resident "
+              f"{m['tq_peak_resident_bytes'] / 2**20:.1f} MiB")
+    finally:
+        assert s.stop() == 0
