@@ -1,6 +1,7 @@
 #include "formats/ggml_blocks.h"
 
 #include <array>
+#include <cmath>
 #include <cstring>
 
 #include "tensor/dtype.h"
@@ -34,7 +35,7 @@ constexpr std::array<TypeRow, 34> kTypes = {{
     {26, {"I32", 1, 4, false}},        {27, {"I64", 1, 8, false}},
     {28, {"F64", 1, 8, false}},        {29, {"IQ1_M", kQK, 56, false}},
     {30, {"BF16", 1, 2, true}},        {34, {"TQ1_0", kQK, 54, false}},
-    {35, {"TQ2_0", kQK, 66, false}},   {39, {"MXFP4", 32, 17, false}},
+    {35, {"TQ2_0", kQK, 66, false}},   {39, {"MXFP4", 32, 17, true}},
     {40, {"NVFP4", 64, 36, false}},    {41, {"Q1_0", 128, 18, false}},
 }};
 
@@ -210,6 +211,18 @@ void block_q6_k(const uint8_t* b, float* y) {
   }
 }
 
+// MXFP4: E8M0 byte e, 16 bytes of E2M1 nibbles (element j<16 the low nibble of byte j). gguf-py
+// scales doubled E2M1 values (0, 1, 2, 3, 4, 6, 8, 12, signed) by 2^(e-128): y = k[q] * 2^(e-128),
+// a power of two times a small integer, so the product is exact.
+void block_mxfp4(const uint8_t* b, float* y) {
+  static constexpr float kValues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  const float d = std::ldexp(1.0f, static_cast<int>(b[0]) - 128);
+  for (int j = 0; j < 16; ++j) {
+    y[j] = kValues[b[1 + j] & 0xF] * d;
+    y[j + 16] = kValues[b[1 + j] >> 4] * d;
+  }
+}
+
 using BlockFn = void (*)(const uint8_t*, float*);
 
 BlockFn block_decoder(uint32_t id) {
@@ -234,6 +247,8 @@ BlockFn block_decoder(uint32_t id) {
       return block_q5_k;
     case GgmlType::kQ6_K:
       return block_q6_k;
+    case GgmlType::kMXFP4:
+      return block_mxfp4;
     default:
       return nullptr;
   }

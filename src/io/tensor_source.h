@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "formats/ggml_to_mlx.h"
 #include "formats/quant_spec.h"
 #include "tensor/tensor.h"
 
@@ -38,6 +39,13 @@ class TensorSource {
   // what mlx's quantized matmul computes with f32 activations.
   virtual Result<FloatTensor> load_f32_compute(const std::string& name) const {
     return load_f32(name);
+  }
+  // The matrix as MLX-quantized bytes when its stored form is exactly one (GGUF Q4_0/Q4_1/
+  // Q5_0/Q5_1/Q8_0/MXFP4 blocks), re-encoded without loss so the fast runtime keeps it packed;
+  // nullopt for every other storage (and by default).
+  virtual Result<std::optional<MlxQuantBytes>> load_mlx_quant(const std::string& name) const {
+    (void)name;
+    return std::optional<MlxQuantBytes>{};
   }
   // The tokenizer and generation files a checkpoint made from this source carries (so a
   // converter needs no knowledge of the source's kind). None by default.

@@ -99,8 +99,9 @@ class FastRuntime final : public Runtime {
   ModelConfig cfg;
   RuntimeOptions opts;
   std::vector<double> inv_freq;
-  std::unique_ptr<DirTensorSource> dir;  // the mapped files the matrices point into
-  std::deque<std::vector<float>> owned;  // f32 matrices that could not be used in place
+  std::unique_ptr<DirTensorSource> dir;   // the mapped files the matrices point into
+  std::deque<std::vector<float>> owned;   // f32 matrices that could not be used in place
+  std::deque<MlxQuantBytes> owned_quant;  // GGUF blocks re-encoded as MLX quantizations
   ModelTensors<PackedMatrix> t;
   // Decode's products in order (per layer: q/k/v, o, gate/up, down; then the head) and what
   // reads their rows ahead while pool threads wait. Declared before the pool: its threads
@@ -182,7 +183,15 @@ Result<PackedMatrix> FastRuntime::matrix(const TensorSource& ts, const TensorSpe
       return m;
     }
   }
-  // GGUF blocks and other storage: decoded once to f32 (as the reference runtime does).
+  // GGUF blocks that are exactly an MLX quantization stay packed (re-encoded once).
+  TQ_TRY(std::optional<MlxQuantBytes> q, ts.load_mlx_quant(s.name));
+  if (q) {
+    const MlxQuantBytes& o = owned_quant.emplace_back(std::move(*q));
+    auto m = make_quant_matrix(o.spec, rows, cols, o.weight, o.scale_dtype, o.scales, o.biases);
+    if (!m.ok()) return err("{}: tensor '{}': {}", ts.path(), s.name, m.error().message);
+    return m;
+  }
+  // Other storage: decoded once to f32 (as the reference runtime does).
   TQ_TRY(FloatTensor f, ts.load_f32_compute(s.name));
   owned.push_back(std::move(f.data));
   const auto& v = owned.back();

@@ -357,4 +357,30 @@ Result<FloatTensor> GgufTensorSource::load_f32(const std::string& name) const {
   return t;
 }
 
+Result<std::optional<MlxQuantBytes>> GgufTensorSource::load_mlx_quant(
+    const std::string& name) const {
+  const TensorInfo* info = find(name);
+  if (info == nullptr) return err("{}: no tensor '{}'", path(), name);
+  const Entry& e = entries_[info - infos_.data()];
+  if (!ggml_mlx_spec(e.gguf->type_id) || info->shape.size() != 2)
+    return std::optional<MlxQuantBytes>{};
+  const int64_t rows = info->shape[0], cols = info->shape[1];
+  std::span<const uint8_t> bytes = file_->tensor_bytes(*e.gguf);
+  std::vector<uint8_t> rows_in_hf_order;
+  if (e.permute_heads != 0) {  // whole rows of blocks move, as unpermute_qk_rows moves floats
+    const size_t row = bytes.size() / static_cast<size_t>(rows);
+    rows_in_hf_order.resize(bytes.size());
+    const int64_t hd = rows / e.permute_heads, half = hd / 2;
+    for (int64_t h = 0; h < e.permute_heads; ++h)
+      for (int64_t j = 0; j < half; ++j)
+        for (int64_t s = 0; s < 2; ++s)
+          std::copy_n(bytes.data() + (h * hd + 2 * j + s) * row, row,
+                      rows_in_hf_order.data() + (h * hd + s * half + j) * row);
+    bytes = rows_in_hf_order;
+  }
+  auto q = ggml_to_mlx(e.gguf->type_id, bytes, rows, cols);
+  if (!q) return std::optional<MlxQuantBytes>{};  // e.g. a bias outside f16: f32 instead
+  return std::optional<MlxQuantBytes>(std::move(q).value());
+}
+
 }  // namespace tq

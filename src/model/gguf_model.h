@@ -69,6 +69,7 @@ class GgufTensorSource : public TensorSource {
   const std::string& path() const override { return file_->path(); }
   const std::vector<TensorInfo>& tensors() const override { return infos_; }
   Result<FloatTensor> load_f32(const std::string& name) const override;
+  Result<std::optional<MlxQuantBytes>> load_mlx_quant(const std::string& name) const override;
   // Rebuilt from the metadata, as tq import writes them (gguf_model_source.cc).
   Result<NamedFiles> tokenizer_files() const override;
 

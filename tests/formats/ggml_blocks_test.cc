@@ -39,7 +39,7 @@ TEST(GgmlTypeTest, BlockSizes) {
 TEST(GgmlTypeTest, KnownButUndecodableTypes) {
   for (GgmlType t :
        {GgmlType::kQ8_1, GgmlType::kQ8_K, GgmlType::kIQ2_XXS, GgmlType::kIQ4_XS, GgmlType::kIQ1_M,
-        GgmlType::kTQ1_0, GgmlType::kTQ2_0, GgmlType::kI8, GgmlType::kF64, GgmlType::kMXFP4}) {
+        GgmlType::kTQ1_0, GgmlType::kTQ2_0, GgmlType::kI8, GgmlType::kF64, GgmlType::kNVFP4}) {
     auto info = ggml_type_info(static_cast<uint32_t>(t));
     ASSERT_TRUE(info.has_value()) << static_cast<int>(t);
     EXPECT_FALSE(info->can_dequantize) << info->name;

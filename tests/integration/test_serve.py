@@ -20,7 +20,7 @@ CTX = 512
 @pytest.fixture(scope="module")
 def server(tq_bin, smollm2_gguf):
     s = Server(tq_bin, smollm2_gguf, "--threads", "2", "--ctx", str(CTX), "--max-seqs", "4",
-               "--queue", "8", "--upload-timeout", "1.5", "--sse-keep-alive", "0.2")
+               "--queue", "8", "--upload-timeout", "1.5", "--sse-keep-alive", "0.1")
     yield s
     assert s.stop() == 0, "".join(s.log)
     assert "tq serve: stopped" in "".join(s.log)
@@ -463,7 +463,7 @@ def test_slow_upload_gets_408_and_the_server_goes_on(server):
 
 
 def test_keep_alive_comments_during_a_long_prefill(server):
-    """A 450-token prompt takes longer to prefill than --sse-keep-alive 0.2 s: the stream gets
+    """A 450-token prompt takes longer to prefill than --sse-keep-alive 0.1 s: the stream gets
     comment lines meanwhile, and the openai client, which skips them, sees the same text."""
     prompt = " ".join(["the sea and the sky"] * 90)
     body = json.dumps({"prompt": prompt, "max_tokens": 3, "temperature": 0, "stream": True})

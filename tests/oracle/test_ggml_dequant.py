@@ -1,6 +1,6 @@
 """Oracle: tq's dequantize_ggml equals gguf-py's gguf.quants.dequantize bit for bit.
 
-Covers all 13 decodable types: blocks made by gguf.quants.quantize where gguf-py has a
+Covers all 14 decodable types: blocks made by gguf.quants.quantize where gguf-py has a
 quantizer, random raw blocks (random but finite f16 scale fields) for every type, and real
 tensors from the SmolLM2 Q4_1 GGUF when it is in the cache. The comparison runs in the C++
 test GgmlDequantOracle (tests/formats/ggml_oracle_test.cc), which also checks tq's type table
@@ -19,8 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from dequant_fixture import FixtureWriter, run_gtest  # noqa: E402
 
 DECODABLE = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
-             "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K"]
-QUANTIZABLE = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0"]
+             "Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "MXFP4"]
+QUANTIZABLE = ["F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "MXFP4"]
 # Byte offsets of the f16 scale fields inside one block, per type.
 F16_FIELDS = {"Q4_0": [0], "Q4_1": [0, 2], "Q5_0": [0], "Q5_1": [0, 2], "Q8_0": [0],
               "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208]}
