@@ -272,10 +272,13 @@ TEST(PackedMatmul, Int8ActivationsEqualTheirScalarReference) {
       std::vector<float> ref(static_cast<size_t>(n * rows)), fref(ref.size());
       packed_matmul_q8_ref(c.m, xq, ref.data(), rows, 0, rows);
       packed_matmul_ref(c.m, x.data(), n, fref.data(), rows, 0, rows);
-      // Two tokens and five, through each kernel choice (register tiles where the ISA has them).
-      ActQ8 xq2, xq1;
+      // Two, three and five tokens, through each kernel choice (register tiles where the ISA
+      // has them; the per-token kernels take 4-bit codes up to four tokens at a time).
+      ActQ8 xq2, xq3;
       quantize_act_q8(x.data(), 2, cols, &xq2);
-      quantize_act_q8(x.data() + 4 * cols, 1, cols, &xq1);  // the fifth token alone
+      quantize_act_q8(x.data(), 3, cols, &xq3);
+      std::vector<ActQ8> each(static_cast<size_t>(n));  // every token alone
+      for (int64_t t = 0; t < n; ++t) quantize_act_q8(x.data() + t * cols, 1, cols, &each[t]);
       for_each_target([&] {
         if (!packed_q8_supported(c.m)) return;
         ++checked;
@@ -283,18 +286,22 @@ TEST(PackedMatmul, Int8ActivationsEqualTheirScalarReference) {
           SCOPED_TRACE(parts ? "parts" : "adjacent strips");
           for (BatchKernel k : {BatchKernel::kAuto, BatchKernel::kPerToken, BatchKernel::kTiles}) {
             SCOPED_TRACE("kernel choice " + std::to_string(static_cast<int>(k)));
-            for (const ActQ8* a : {&xq2, &xq}) {
+            for (const ActQ8* a : {&xq2, &xq3, &xq}) {
               SCOPED_TRACE("tokens " + std::to_string(a->n));
               std::vector<float> y(ref.size(), NAN);
               packed_matmul_q8(c.m, *a, y.data(), rows, 0, 4, parts, k);
               packed_matmul_q8(c.m, *a, y.data(), rows, 4, rows, parts, k);
               // Quantizing x to 8 bits moves the result by well under 1% of the magnitude.
               expect_int_path_near(c, x, a->n, rows, y, ref, fref, 1e-2);
-              if (k == BatchKernel::kAuto || a->n != 5) continue;
-              // A fixed choice: the fifth token's row has the bits it gets alone.
-              std::vector<float> alone(static_cast<size_t>(rows), NAN);
-              packed_matmul_q8(c.m, xq1, alone.data(), rows, 0, rows, parts, k);
-              EXPECT_EQ(alone, std::vector<float>(y.begin() + 4 * rows, y.begin() + 5 * rows));
+              if (k == BatchKernel::kAuto) continue;
+              // A fixed choice: every token's row has the bits it gets alone.
+              for (int64_t t = 0; t < a->n; ++t) {
+                std::vector<float> alone(static_cast<size_t>(rows), NAN);
+                packed_matmul_q8(c.m, each[t], alone.data(), rows, 0, rows, parts, k);
+                EXPECT_EQ(alone,
+                          std::vector<float>(y.begin() + t * rows, y.begin() + (t + 1) * rows))
+                    << "token " << t;
+              }
             }
           }
         }
