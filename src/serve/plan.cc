@@ -71,7 +71,7 @@ std::variant<std::shared_ptr<Job>, ApiError> plan_job(const CompletionRequest& r
   }
   job->gen.adjust = r.adjust;
   job->gen.stop = r.stop;
-  job->gen.eos = m.eos;
+  if (!r.ignore_eos) job->gen.eos = m.eos;
   job->gen.drop_incomplete_tail = true;
   job->tool_calls = chat && !r.tools.is_null() && !r.tools.empty() && !r.tool_choice_none &&
                     m.prompter->tool_call_tags();

@@ -417,6 +417,8 @@ Fail parse_field(const std::string& k, const json& v, CompletionRequest& r, int6
     top_logprobs = n;
   } else if (!chat && k == "echo") {
     return get_bool(k, v, r.echo);
+  } else if (k == "ignore_eos") {
+    return get_bool(k, v, r.ignore_eos);
   } else if (chat && k == "tools") {
     return parse_tools(v, r.tools);
   } else if (chat && k == "tool_choice") {

@@ -42,6 +42,7 @@ struct CompletionRequest {
   int n = 1;                      // choices (up to kMaxChoices), sharing one prefill
   int top_logprobs = -1;          // -1: no log-probabilities; else the alternatives per token
   bool echo = false;              // completions: the prompt's text before the completion
+  bool ignore_eos = false;        // vLLM's and llama.cpp's extension: end tokens do not end it
   bool stream = false;
   bool include_usage = false;
 };
