@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "tq %s: error (rank %d of %d): %s\n", sub->get_name().c_str(),
                      comm.rank(), comm.size(), st.error().message.c_str());
         std::fflush(stderr);
+        ::signal(SIGTERM, SIG_DFL);  // the abort ends this rank too: no second line
         comm.abort(1);
       }
       std::fprintf(stderr, "tq %s: error: %s\n", sub->get_name().c_str(),

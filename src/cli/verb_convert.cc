@@ -256,13 +256,15 @@ Status run_convert_verb(const ConvertArgs& a) {
   if (!root && !a.gptq.enabled) return ok_status();
   o.write_output = root;
   if (root) TQ_CHECK_OK(StagingDir::check_dest(o.dest, o.force));  // before any output
-  struct sigaction sa = {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGHUP, &sa, nullptr);
-  ::sigaction(SIGQUIT, &sa, nullptr);
+  if (world().size() == 1) {  // under mpirun, a signal ends the job (main.cc says so once)
+    struct sigaction sa = {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, nullptr);
+    ::sigaction(SIGTERM, &sa, nullptr);
+    ::sigaction(SIGHUP, &sa, nullptr);
+    ::sigaction(SIGQUIT, &sa, nullptr);
+  }
   o.cancel = &g_interrupted;
   ProgressPrinter printer(true);
   if (root) o.progress = [&printer](const ConvertProgress& p) { printer(p); };

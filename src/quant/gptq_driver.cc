@@ -364,17 +364,32 @@ Status GptqDriver::save_checkpoint(int64_t layer, const std::vector<GptqModule>&
 }
 
 Status GptqDriver::load_checkpoint() {
-  // Rank 0 reads the checkpoint and sends every other rank its rows; first, whether there is
-  // one and where it stands.
+  // Rank 0 reads the checkpoint; every rank first learns whether there is one and where it
+  // stands, then rank 0 sends each the rows it runs.
   std::vector<int64_t> next = {-1};
   if (root()) TQ_CHECK_OK(read_checkpoint(&next[0]));
   if (opt_.comm && opt_.comm->size() > 1) TQ_CHECK_OK(broadcast_values(*opt_.comm, 0, &next));
   if (next[0] < 0) return ok_status();
+  std::vector<float> row(static_cast<size_t>(x_.width()));
   if (!root()) {
-    std::vector<float> row(static_cast<size_t>(x_.width()));
     for (int64_t r = 0; r < x_.rows(); ++r) {
       TQ_CHECK_OK(recv_large(*opt_.comm, 0, kTagCheckpoint, std::span<float>(row)));
       TQ_CHECK_OK(x_.write_row(r, row));
+    }
+  } else {
+    const fs::path acts = fs::path(opt_.checkpoint_dir) / acts_file(next[0]);
+    std::ifstream a(acts, std::ios::binary);
+    const int size = opt_.comm ? opt_.comm->size() : 1;
+    for (int64_t r = 0, mine = 0; r < rows_; ++r) {  // global row order, each to its rank
+      if (!a.read(reinterpret_cast<char*>(row.data()),
+                  static_cast<std::streamsize>(row.size() * 4)))
+        return err("{}: checkpoint activations truncated", acts.string());
+      const int owner = BlockedHessian::owner(r, opt_.hessian_row_block, size);
+      if (owner == 0) {
+        TQ_CHECK_OK(x_.write_row(mine++, row));
+      } else {
+        TQ_CHECK_OK(send_large(*opt_.comm, owner, kTagCheckpoint, std::span<const float>(row)));
+      }
     }
   }
   next_layer_ = resumed_layers_ = next[0];
@@ -407,19 +422,6 @@ Status GptqDriver::read_checkpoint(int64_t* next_layer) {
     const fs::path acts = dir / acts_file(next);
     std::ifstream a(acts, std::ios::binary);
     if (!a) return err("{}: checkpoint activations missing", acts.string());
-    std::vector<float> row(static_cast<size_t>(x_.width()));
-    const int size = opt_.comm ? opt_.comm->size() : 1;
-    for (int64_t r = 0, mine = 0; r < rows_; ++r) {  // global row order, each to its rank
-      if (!a.read(reinterpret_cast<char*>(row.data()),
-                  static_cast<std::streamsize>(row.size() * 4)))
-        return err("{}: checkpoint activations truncated", acts.string());
-      const int owner = BlockedHessian::owner(r, opt_.hessian_row_block, size);
-      if (owner == 0) {
-        TQ_CHECK_OK(x_.write_row(mine++, row));
-      } else {
-        TQ_CHECK_OK(send_large(*opt_.comm, owner, kTagCheckpoint, std::span<const float>(row)));
-      }
-    }
     *next_layer = next;
     seconds_ = summary_.value("seconds", 0.0);
   } catch (const nlohmann::json::exception& e) {

@@ -105,6 +105,23 @@ def test_gptq_ppl_kl_same_bytes_on_any_rank_count(tq_bin, model, tmp_path, wiki_
         assert strip_times(run(mpirun(n) + kl).stdout) == want_kl, f"-np {n}"
 
 
+def rank1_pid(marker):
+    """The tq process of mpirun rank 1 whose command line names `marker`."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            exe = os.readlink(f"/proc/{pid}/exe")
+            cmd = open(f"/proc/{pid}/cmdline", "rb").read()
+        except OSError:
+            continue
+        if os.path.basename(exe) == "tq" and b"OMPI_COMM_WORLD_RANK=1" in env and \
+                str(marker).encode() in cmd:
+            return int(pid)
+    return None
+
+
 def test_killed_rank_ends_the_job_and_resume_skips_finished(tq_bin, model, tmp_path):
     src, sotu = model
     out = tmp_path / "sens.json"
@@ -122,20 +139,7 @@ def test_killed_rank_ends_the_job_and_resume_skips_finished(tq_bin, model, tmp_p
             break
         time.sleep(0.02)
     assert p.poll() is None, "finished before a rank could be killed"
-    # Rank 1: the tq process whose environment says so.
-    rank1 = None
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-            exe = os.readlink(f"/proc/{pid}/exe")
-        except OSError:
-            continue
-        if os.path.basename(exe) == "tq" and b"OMPI_COMM_WORLD_RANK=1" in env and \
-                f"{out}".encode() in open(f"/proc/{pid}/cmdline", "rb").read():
-            rank1 = int(pid)
-    assert rank1, "rank 1 not found"
+    rank1 = rank1_pid(out)
     t0 = time.time()
     os.kill(rank1, signal.SIGKILL)
     _, err = p.communicate(timeout=60)
@@ -152,3 +156,33 @@ def test_killed_rank_ends_the_job_and_resume_skips_finished(tq_bin, model, tmp_p
     plain = tmp_path / "plain.json"
     run(sens_cmd(tq_bin, src, sotu[0], plain))
     assert out.read_bytes() == plain.read_bytes()
+
+
+def test_gptq_killed_rank_resumes_on_another_rank_count(tq_bin, model, tmp_path):
+    src, sotu = model
+    plain, out, ck = tmp_path / "plain", tmp_path / "out", tmp_path / "ck"
+    cmd = gptq_cmd(tq_bin, src, sotu[1], out)
+    cmd[cmd.index("--calib-tokens") + 1] = "8192"  # 256 rows: long enough to kill it midway
+    run([a if a != str(out) else str(plain) for a in cmd])
+    p = subprocess.Popen(mpirun(2) + cmd + ["--gptq-checkpoint", str(ck)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=mpi_env(), start_new_session=True)
+    deadline, killed = time.time() + 120, False
+    while time.time() < deadline and p.poll() is None:
+        try:
+            n = json.loads((ck / "state.json").read_text())["next_layer"]
+        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            n = 0
+        if 1 <= n < 6:
+            pid = rank1_pid(out)
+            if pid:
+                os.kill(pid, signal.SIGKILL)
+                killed = True
+                break
+        time.sleep(0.01)
+    _, err = p.communicate(timeout=60)
+    assert killed and p.returncode != 0, err
+    assert not out.exists()
+    r = run(mpirun(4) + cmd + ["--gptq-checkpoint", str(ck), "--resume"])
+    assert "gptq layer 1/6" not in r.stderr  # finished layers are not recomputed
+    assert files(out) == files(plain)
+    assert not ck.exists()
