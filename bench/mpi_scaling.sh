@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # Wall time of tq sensitivity and a GPTQ conversion with 1 and 2 MPI ranks of one thread each
 # (docs/MPI.md), on SmolLM2 (the f32 import that bench/refactor_check.sh makes), and the bytes
-# of both runs compared. Run it alone on the machine (it takes the bench lock).
+# of both runs compared. It holds /tmp/tq-bench.lock while it runs.
 #   bench/mpi_scaling.sh [TQ_BIN]
 # Prints one line per run (wall seconds) and the per-item costs the paper model uses.
 set -euo pipefail
+# The whole run holds the bench lock (no other benchmark overlaps it).
+if [ -z "${TQ_BENCH_LOCKED:-}" ]; then
+  TQ_BENCH_LOCKED=1 exec flock /tmp/tq-bench.lock "$0" "$@"
+fi
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
 TQ=$(realpath "${1:-$TQ_BUILD/tq}")
 work=$TQ_CACHE/bench/mpi-scaling
@@ -15,17 +19,25 @@ if [ ! -f "$src/config.json" ]; then
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OPENBLAS_NUM_THREADS=1
 mpi() { mpirun -np "$1" --bind-to none "${@:2}"; }
-lock() { flock /tmp/tq-bench.lock "$@"; }
-secs() { local t0 t1; t0=$(date +%s.%N); "$@"; t1=$(date +%s.%N); echo "$t1 - $t0" | bc; }
+# Wall seconds of a command whose output goes to $out (stdout) and $err (stderr).
+secs() {
+  local t0 t1
+  t0=$(date +%s.%N)
+  "$@" >"$out" 2>"$err"
+  t1=$(date +%s.%N)
+  awk "BEGIN { printf \"%.1f\", $t1 - $t0 }"
+}
 
 # Sensitivity: the 77 modules of layers 2 and 20-29, 2 x 128 tokens, specs 2/3/4 bits (8 scaled).
 sens=(sensitivity "$src" --windows 2 --seq-len 128 --bits 2,3,4,8 --only layers.2 --threads 1)
+out=/dev/null
 for n in 1 2; do
   rm -f "$work/sens$n.json"
+  err=$work/sens$n.err
   if [ "$n" = 1 ]; then
-    s=$(lock bash -c "$(declare -f secs); secs $TQ ${sens[*]} -o $work/sens1.json >/dev/null 2>&1")
+    s=$(secs "$TQ" "${sens[@]}" -o "$work/sens1.json")
   else
-    s=$(lock bash -c "$(declare -f secs mpi); secs mpi 2 $TQ ${sens[*]} -o $work/sens2.json >/dev/null 2>&1")
+    s=$(secs mpi 2 "$TQ" "${sens[@]}" -o "$work/sens2.json")
   fi
   echo "sensitivity ranks=$n wall_s=$s"
 done
@@ -43,10 +55,11 @@ PY
 gptq=(convert "$src" --bits 4 --gptq --calib-tokens 8192 --calib-seq-len 256 --no-timings --no-db)
 for n in 1 2; do
   rm -rf "$work/gptq$n"
+  err=$work/gptq$n.err
   if [ "$n" = 1 ]; then
-    s=$(lock bash -c "$(declare -f secs); secs $TQ ${gptq[*]} -o $work/gptq1 2>$work/gptq1.err >/dev/null")
+    s=$(secs "$TQ" "${gptq[@]}" -o "$work/gptq1")
   else
-    s=$(lock bash -c "$(declare -f secs mpi); secs mpi 2 $TQ ${gptq[*]} -o $work/gptq2 2>$work/gptq2.err >/dev/null")
+    s=$(secs mpi 2 "$TQ" "${gptq[@]}" -o "$work/gptq2")
   fi
   echo "gptq ranks=$n wall_s=$s shards=$(cat "$work/gptq$n"/*.safetensors | sha256sum | cut -c1-16)"
 done
