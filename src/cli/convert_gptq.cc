@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "base/byte_size.h"
+#include "base/comm.h"
 #include "convert/gptq_resume.h"
 #include "model/model_tokenizer.h"
 #include "quant/calib.h"
@@ -84,21 +85,23 @@ Result<GptqSetup> make_gptq(const GptqArgs& a, const ConvertJob& job, const Conv
   TQ_TRY(Tokenizer tok, load_model_tokenizer(job.source));
   const CalibOptions co = calib_options(a);
   TQ_TRY(CalibSet calib, build_calib_set(tok, co));
-  std::fprintf(stderr,
-               "tq convert: gptq calibration %lld rows x %lld tokens from %zu file(s), "
-               "sha256 %s\n",
-               static_cast<long long>(calib.rows()), static_cast<long long>(calib.seq_len),
-               calib.files.size(), calib.sha256.c_str());
-  if (calib.rows() * calib.seq_len < a.calib_tokens)
+  const bool root = world().rank() == 0;  // under mpirun only rank 0 reports and writes
+  if (root)
+    std::fprintf(stderr,
+                 "tq convert: gptq calibration %lld rows x %lld tokens from %zu file(s), "
+                 "sha256 %s\n",
+                 static_cast<long long>(calib.rows()), static_cast<long long>(calib.seq_len),
+                 calib.files.size(), calib.sha256.c_str());
+  if (root && calib.rows() * calib.seq_len < a.calib_tokens)
     std::fprintf(stderr, "tq convert: warning: the calibration text has only %lld rows\n",
                  static_cast<long long>(calib.corpus_rows));
-  if (!a.calib_save.empty()) {
+  if (root && !a.calib_save.empty()) {
     std::ofstream f(a.calib_save, std::ios::binary | std::ios::trunc);
     f.write(reinterpret_cast<const char*>(calib.tokens.data()),
             static_cast<std::streamsize>(calib.tokens.size() * 4));
     if (!f.flush()) return err("{}: cannot write the calibration rows", a.calib_save);
   }
-  if (!a.eval_text.empty()) {
+  if (root && !a.eval_text.empty()) {
     std::ifstream f(a.eval_text, std::ios::binary);
     if (!f) return err("{}: cannot open --eval-text", a.eval_text);
     std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
@@ -115,7 +118,7 @@ Result<GptqSetup> make_gptq(const GptqArgs& a, const ConvertJob& job, const Conv
   GptqSetup s;
   s.checkpoint_dir = a.checkpoint.empty() ? o.dest + ".gptq-checkpoint" : a.checkpoint;
   std::error_code ec;
-  if (!a.resume && fs::exists(s.checkpoint_dir, ec)) {
+  if (root && !a.resume && fs::exists(s.checkpoint_dir, ec)) {
     if (!fs::exists(fs::path(s.checkpoint_dir) / "state.json", ec))
       return err("{}: exists and is not a GPTQ checkpoint; remove it or pass --gptq-checkpoint",
                  s.checkpoint_dir);
@@ -123,7 +126,11 @@ Result<GptqSetup> make_gptq(const GptqArgs& a, const ConvertJob& job, const Conv
   }
   d.checkpoint_dir = s.checkpoint_dir;
   d.scratch_dir = "";
-  d.progress = print_progress;
+  if (root) d.progress = print_progress;
+  d.comm = &world();
+  if (root && world().size() > 1)
+    std::fprintf(stderr, "tq convert: gptq calibration rows over %d ranks (blocks of %lld rows)\n",
+                 world().size(), static_cast<long long>(d.hessian_row_block));
   const ModelSource* src = &job.source;
   auto load_embedding = [src]() { return src->tensors->load_f32("model.embed_tokens.weight"); };
   TQ_TRY(s.quantizer, GptqQuantizer::create(job.plan.config, calib, std::move(d), load_embedding,

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "base/byte_size.h"
+#include "base/comm.h"
 #include "cli/convert_gptq.h"
 #include "cli/db_flags.h"
 #include "cli/sensitivity_progress.h"
@@ -249,20 +250,28 @@ Status run_convert_verb(const ConvertArgs& a) {
     return ok_status();
   }
 
-  TQ_CHECK_OK(StagingDir::check_dest(o.dest, o.force));  // before the first line of output
-  struct sigaction sa = {};
-  sa.sa_handler = on_signal;
-  sigemptyset(&sa.sa_mask);
-  ::sigaction(SIGINT, &sa, nullptr);
-  ::sigaction(SIGTERM, &sa, nullptr);
-  ::sigaction(SIGHUP, &sa, nullptr);
-  ::sigaction(SIGQUIT, &sa, nullptr);
+  // Under mpirun only GPTQ spreads (over calibration rows); rank 0 does everything else and is
+  // the only one that writes.
+  const bool root = world().rank() == 0;
+  if (!root && !a.gptq.enabled) return ok_status();
+  o.write_output = root;
+  if (root) TQ_CHECK_OK(StagingDir::check_dest(o.dest, o.force));  // before any output
+  if (world().size() == 1) {  // under mpirun, a signal ends the job (main.cc says so once)
+    struct sigaction sa = {};
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, nullptr);
+    ::sigaction(SIGTERM, &sa, nullptr);
+    ::sigaction(SIGHUP, &sa, nullptr);
+    ::sigaction(SIGQUIT, &sa, nullptr);
+  }
   o.cancel = &g_interrupted;
   ProgressPrinter printer(true);
-  o.progress = [&printer](const ConvertProgress& p) { printer(p); };
-  std::fprintf(stderr, "tq convert: %s -> %s (%s, %.4f bpw, %llu bytes)\n", a.src.c_str(),
-               a.out.c_str(), quant_spec_str(job.plan.global).c_str(), plan_size.bpw,
-               static_cast<unsigned long long>(plan_size.bytes));
+  if (root) o.progress = [&printer](const ConvertProgress& p) { printer(p); };
+  if (root)
+    std::fprintf(stderr, "tq convert: %s -> %s (%s, %.4f bpw, %llu bytes)\n", a.src.c_str(),
+                 a.out.c_str(), quant_spec_str(job.plan.global).c_str(), plan_size.bpw,
+                 static_cast<unsigned long long>(plan_size.bytes));
   RtnQuantizer rtn;
   LayerQuantizer* quantizer = &rtn;
   GptqSetup gptq;
@@ -271,6 +280,7 @@ Status run_convert_verb(const ConvertArgs& a) {
     quantizer = gptq.quantizer.get();
   }
   TQ_TRY(ConvertSummary s, run_convert(job, *quantizer, o));
+  if (!root) return ok_status();
   if (a.gptq.enabled) {
     const nlohmann::json g = gptq.quantizer->metadata()["guards"];
     std::fprintf(stderr,

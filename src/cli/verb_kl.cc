@@ -4,6 +4,7 @@
 
 #include <memory>
 
+#include "base/comm.h"
 #include "cli/db_flags.h"
 #include "cli/runtime_flags.h"
 #include "cli/verb.h"
@@ -49,7 +50,9 @@ Status run_kl(const KlOptions& o) {
   req.text = o.text.text;
   TQ_TRY(req.windows, window_spec(o.text));
   req.runtime = o.runtime;
+  req.show_progress = world().rank() == 0;  // under mpirun, rank 0 alone
   TQ_TRY(eval::KlResult res, eval::run_kl(req));
+  if (world().rank() != 0) return ok_status();  // rank 0 gathered the windows and reports
   const eval::KlReport& r = res.report;
   if (o.json) {
     fmt::print("{}\n", eval::kl_json(res).dump());

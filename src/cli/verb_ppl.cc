@@ -3,6 +3,7 @@
 
 #include <memory>
 
+#include "base/comm.h"
 #include "cli/db_flags.h"
 #include "cli/runtime_flags.h"
 #include "cli/verb.h"
@@ -26,7 +27,9 @@ Status run_ppl(const PplOptions& o) {
   req.text = o.text.text;
   TQ_TRY(req.windows, window_spec(o.text));
   req.runtime = o.runtime;
+  req.show_progress = world().rank() == 0;  // under mpirun, rank 0 alone
   TQ_TRY(eval::PplResult r, eval::run_ppl(req));
+  if (world().rank() != 0) return ok_status();  // rank 0 gathered the windows and reports
   if (o.json) {
     fmt::print("{}\n", eval::ppl_json(r).dump());
   } else {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 
+#include "base/comm.h"
 #include "cli/sensitivity_progress.h"
 #include "cli/verb.h"
 #include "cli/window_flags.h"
@@ -58,6 +59,7 @@ Status run_sensitivity_verb(SensOptions o) {
   auto log = [](const std::string& line) { fmt::print(stderr, "sensitivity: {}\n", line); };
   TQ_TRY(SensitivityRunResult r,
          run_sensitivity(o, log, sensitivity_progress_printer("sensitivity: ")));
+  if (world().rank() != 0) return ok_status();  // rank 0 wrote the file and reports it
   const SensitivityTable& t = r.table;
   nlohmann::json j = {{"output", o.out},         {"modules", t.modules.size()},
                       {"specs", t.specs.size()}, {"measured", r.measured_modules},
@@ -93,7 +95,8 @@ const bool kRegistered = register_verb(
                       "weight errors (0: measure every spec)")
            ->capture_default_str();
        app.add_option("--threads", o->threads,
-                      "Modules measured at once, each on one thread (0: one per hardware thread)")
+                      "Modules measured at once, each on one thread (0: one per hardware "
+                      "thread, shared among the mpirun ranks on the host)")
            ->capture_default_str();
        app.add_option("--dtype", o->dtype,
                       "Float dtype of the artifact (weights rounded to it; scales, biases and "
@@ -104,6 +107,10 @@ const bool kRegistered = register_verb(
                       "Measure only modules whose name contains this text (repeatable), e.g. "
                       "'layers.3.' or 'embed_tokens'; later runs with --resume add the rest");
        app.add_flag("--resume", o->resume, "Continue an interrupted run of the same options");
+       app.add_flag(
+           "--no-timings", [o](int64_t) { o->record_timings = false; },
+           "Write every module's seconds as 0, so that reruns and mpirun jobs give identical "
+           "bytes");
        app.add_flag("--rotate-weights", o->rotate_weights,
                     "Measure on the rotation-folded model (as tq convert --rotate-weights; the "
                     "table then only serves conversions with the same rotation)");

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <memory>
+#include <optional>
 #include <set>
 
 #include "io/staging_dir.h"
@@ -144,10 +146,15 @@ Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
   for (const auto& d : decls) out_total += d.nbytes();
   TQ_CHECK_OK(cancelled(opts));
 
-  TQ_TRY(StagingDir stage, StagingDir::create(opts.dest, opts.force));
-  ShardedWriterOptions wo;
-  wo.max_shard_bytes = opts.max_shard_bytes;
-  TQ_TRY(auto writer, ShardedWriter::create(stage.path(), decls, wo));
+  std::optional<StagingDir> stage;
+  std::unique_ptr<ShardedWriter> writer;
+  if (opts.write_output) {
+    TQ_TRY(StagingDir made, StagingDir::create(opts.dest, opts.force));
+    stage.emplace(std::move(made));
+    ShardedWriterOptions wo;
+    wo.max_shard_bytes = opts.max_shard_bytes;
+    TQ_TRY(writer, ShardedWriter::create(stage->path(), decls, wo));
+  }
 
   const std::vector<Group> groups = make_groups(plan, !job.transforms.empty());
   ConvertProgress prog;
@@ -189,6 +196,7 @@ Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
       // Called for every group, in model order, even one with nothing to quantize: a stateful
       // quantizer (GPTQ) follows the float model through embed, layers, norm and head.
       TQ_TRY(std::vector<QuantizedModule> mods, quantizer.quantize(g.layer, m, specs, plan.dtype));
+      if (!writer) continue;
       std::set<std::string> done;
       for (QuantizedModule& q : mods) {
         auto it = specs.find(q.name + ".weight");
@@ -222,6 +230,7 @@ Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
     if (opts.progress) opts.progress(prog);
   }
   const double apply_s = seconds_since(t_apply);
+  if (!writer) return ConvertSummary{};
   const auto t_write = Clock::now();
   TQ_CHECK_OK(writer->finish());
 
@@ -251,25 +260,25 @@ Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
       {"size", {{"params", size.params}, {"bytes", size.bytes}, {"bpw", size.bpw}}},
   };
   for (const auto& [key, value] : opts.extra_metadata.items()) meta[key] = value;
-  TQ_CHECK_OK(stage.write_file("config.json", config_text));
-  for (const auto& [name, text] : tok_files) TQ_CHECK_OK(stage.write_file(name, text));
+  TQ_CHECK_OK(stage->write_file("config.json", config_text));
+  for (const auto& [name, text] : tok_files) TQ_CHECK_OK(stage->write_file(name, text));
   for (const WeightTransform* t : job.transforms) {
     TQ_TRY(auto sidecars, t->sidecar_files());
-    for (const auto& [name, bytes] : sidecars) TQ_CHECK_OK(stage.write_file(name, bytes));
+    for (const auto& [name, bytes] : sidecars) TQ_CHECK_OK(stage->write_file(name, bytes));
   }
   if (opts.record_timings)
     meta["timings"] = {{"apply_s", apply_s},
                        {"finish_s", seconds_since(t_write)},
                        {"total_s", seconds_since(t_start)}};
   TQ_TRY(std::string meta_text, dump_json(meta, 2, opts.dest + "/tq_metadata.json"));
-  TQ_CHECK_OK(stage.write_file("tq_metadata.json", meta_text));
+  TQ_CHECK_OK(stage->write_file("tq_metadata.json", meta_text));
   TQ_CHECK_OK(cancelled(opts));
   std::vector<std::string> files;
   std::error_code ec;
-  for (fs::directory_iterator it(stage.path(), ec), end; !ec && it != end; it.increment(ec))
+  for (fs::directory_iterator it(stage->path(), ec), end; !ec && it != end; it.increment(ec))
     files.push_back(it->path().filename().string());
   std::sort(files.begin(), files.end());
-  TQ_CHECK_OK(stage.publish());
+  TQ_CHECK_OK(stage->publish());
 
   ConvertSummary s;
   s.dest = opts.dest;

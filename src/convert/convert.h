@@ -46,6 +46,9 @@ struct ConvertOptions {
   nlohmann::json options_record = nlohmann::json::object();  // the command line, for metadata
   nlohmann::json extra_metadata = nlohmann::json::object();  // top-level keys added to metadata
   const std::atomic<bool>* cancel = nullptr;  // set (e.g. by SIGINT) to stop and clean up
+  // false: run the transforms and the quantizer over every group but write nothing (an mpirun
+  // rank other than 0 in a GPTQ conversion: it only runs its calibration rows).
+  bool write_output = true;
   std::function<void(const ConvertProgress&)> progress;
 };
 

@@ -6,12 +6,15 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <type_traits>
 
+#include "base/comm.h"
 #include "base/sha256.h"
 #include "base/thread_pool.h"
 #include "convert/fold_float.h"
@@ -125,7 +128,8 @@ Status check_resumable(const SensitivityTable& old, const SensitivityTable& now,
 }
 
 // While alive, OpenBLAS runs every product on the calling thread: the workers measure modules
-// in parallel themselves, and BLAS threads of their own would oversubscribe the cores.
+// in parallel themselves, and BLAS threads of their own would oversubscribe the cores (and
+// change the bits).
 class BlasSingleThread {
  public:
   explicit BlasSingleThread(bool on) {
@@ -143,6 +147,93 @@ class BlasSingleThread {
 
 bool is_mlp(TensorRole r) {
   return r == TensorRole::kMlpGate || r == TensorRole::kMlpUp || r == TensorRole::kMlpDown;
+}
+
+// MPI ranks started on this host (Open MPI's OMPI_COMM_WORLD_LOCAL_SIZE), 1 without mpirun: the
+// default --threads shares the host's cores among them.
+int64_t ranks_on_this_host() {
+  const char* n = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return n && std::atoi(n) > 0 ? std::atoi(n) : 1;
+}
+
+// Messages of the distributed run: a rank announces its worker threads (kTagHello), each
+// worker asks for work with its last result (kTagWant), rank 0 answers on kTagItem + worker.
+constexpr int kTagHello = 11, kTagWant = 12, kTagItem = 1000;
+
+// A worker's request: which worker, the item it finished (-1: none yet), and its result.
+struct WantHeader {
+  int64_t worker = 0, item = -1;
+  double seconds = 0;
+  int64_t n_specs = 0;
+};
+static_assert(std::is_trivially_copyable_v<SpecKl>);
+
+std::vector<uint8_t> want_message(int64_t worker, int64_t item, const ModuleSensitivity* mod) {
+  WantHeader h{worker, item, mod ? mod->seconds : 0.0,
+               mod ? static_cast<int64_t>(mod->specs.size()) : 0};
+  std::vector<uint8_t> out(sizeof h + static_cast<size_t>(h.n_specs) * sizeof(SpecKl));
+  std::memcpy(out.data(), &h, sizeof h);
+  if (h.n_specs > 0) std::memcpy(out.data() + sizeof h, mod->specs.data(), out.size() - sizeof h);
+  return out;
+}
+
+// Rank 0's side: answers every other rank's workers until each has been told to stop, handing
+// out items from the shared counter `next` and passing results to `record`.
+Status serve_sensitivity_items(Comm& comm, const std::vector<ModuleSensitivity>& todo,
+                               const std::vector<size_t>& queue, std::atomic<size_t>& next,
+                               const std::function<bool(size_t, ModuleSensitivity)>& record) {
+  int64_t workers = 0;
+  for (int r = 1; r < comm.size(); ++r) {
+    std::vector<int64_t> n;
+    TQ_CHECK_OK(recv_values(comm, r, kTagHello, &n));
+    if (n.size() != 1) return err("rank {}: bad hello message", r);
+    workers += n[0];
+  }
+  std::vector<uint8_t> msg;
+  for (int64_t stopped = 0; stopped < workers;) {
+    TQ_TRY(int from, comm.try_recv(kAnySource, kTagWant, &msg));
+    if (from < 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      continue;
+    }
+    WantHeader h;
+    if (msg.size() < sizeof h) return err("rank {}: short result message", from);
+    std::memcpy(&h, msg.data(), sizeof h);
+    if (h.item >= 0) {
+      if (h.item >= static_cast<int64_t>(queue.size()) ||
+          msg.size() != sizeof h + static_cast<size_t>(h.n_specs) * sizeof(SpecKl))
+        return err("rank {}: malformed result message", from);
+      const size_t i = queue[static_cast<size_t>(h.item)];
+      ModuleSensitivity mod = todo[i];
+      mod.seconds = h.seconds;
+      mod.specs.resize(static_cast<size_t>(h.n_specs));
+      std::memcpy(mod.specs.data(), msg.data() + sizeof h, msg.size() - sizeof h);
+      if (!record(i, std::move(mod))) next = todo.size();
+    }
+    int64_t k = static_cast<int64_t>(next++);
+    if (k >= static_cast<int64_t>(todo.size())) {
+      k = -1;
+      ++stopped;
+    }
+    TQ_CHECK_OK(send_values(comm, from, kTagItem + static_cast<int>(h.worker),
+                            std::span<const int64_t>(&k, 1)));
+  }
+  return ok_status();
+}
+
+// Another rank's worker: asks rank 0 for items and sends back each result.
+Status remote_sensitivity_worker(Comm& comm, int worker, const std::vector<size_t>& queue,
+                                 const std::function<Result<ModuleSensitivity>(size_t)>& measure) {
+  std::vector<uint8_t> msg = want_message(worker, -1, nullptr);
+  for (;;) {
+    TQ_CHECK_OK(comm.send(0, kTagWant, msg));
+    std::vector<int64_t> k;
+    TQ_CHECK_OK(recv_values(comm, 0, kTagItem + worker, &k));
+    if (k.size() != 1) return err("rank 0: bad work message");
+    if (k[0] < 0) return ok_status();
+    TQ_TRY(ModuleSensitivity mod, measure(queue[static_cast<size_t>(k[0])]));
+    msg = want_message(worker, k[0], &mod);
+  }
 }
 
 }  // namespace
@@ -244,12 +335,21 @@ Result<SensitivityRunResult> run_sensitivity(
       t.fixed_bytes += p * dtype_size(t.dtype);
     }
   }
-  if (fs::exists(o.out)) {
+  Comm& comm = world();
+  const bool root = comm.rank() == 0;
+  auto say = [&](const std::string& line) {
+    if (root) log(line);
+  };
+  // Rank 0 owns the file: it reads what a killed run finished and tells the other ranks
+  // what is left (they may not see the file at all).
+  if (root && fs::exists(o.out)) {
     if (!o.resume) return err("{}: exists (use --resume to continue it, or remove it)", o.out);
     TQ_TRY(SensitivityTable old, read_sensitivity(o.out));
     TQ_CHECK_OK(check_resumable(old, t, o.out));
     t.modules = std::move(old.modules);
   }
+  // Keep the file in model order whatever was finished before.
+  const std::vector<ModuleSensitivity> order = quantizable_modules(cfg, t.dtype);
   std::erase_if(todo, [&](const ModuleSensitivity& x) {
     const bool wanted =
         o.only.empty() || std::any_of(o.only.begin(), o.only.end(), [&](const auto& s) {
@@ -257,8 +357,20 @@ Result<SensitivityRunResult> run_sensitivity(
         });
     return !wanted || t.find(x.name) != nullptr;
   });
-  // Keep the file in model order whatever was finished before.
-  const std::vector<ModuleSensitivity> order = quantizable_modules(cfg, t.dtype);
+  bool any_done = !t.modules.empty();
+  if (comm.size() > 1) {
+    std::vector<int64_t> idx;  // todo as positions in `order`
+    for (size_t i = 0; i < order.size(); ++i)
+      if (std::any_of(todo.begin(), todo.end(),
+                      [&](const ModuleSensitivity& x) { return x.name == order[i].name; }))
+        idx.push_back(static_cast<int64_t>(i));
+    idx.push_back(t.modules.empty() ? 0 : 1);  // whether anything was finished before
+    TQ_CHECK_OK(broadcast_values(comm, 0, &idx));
+    any_done = idx.back() != 0;
+    idx.pop_back();
+    todo.clear();
+    for (int64_t i : idx) todo.push_back(order[static_cast<size_t>(i)]);
+  }
   auto model_order = [&](SensitivityTable& tab) {
     std::vector<ModuleSensitivity> sorted;
     for (const auto& x : order)
@@ -266,18 +378,20 @@ Result<SensitivityRunResult> run_sensitivity(
     tab.modules = std::move(sorted);
   };
   if (todo.empty()) {
-    if (!o.only.empty() && t.modules.empty()) return err("--only matches no module");
+    if (!o.only.empty() && !any_done && root) return err("--only matches no module");
     return r;
   }
-  log(fmt::format("{} modules x {} specs to measure ({} done), {} windows x {} tokens{}",
+  say(fmt::format("{} modules x {} specs to measure ({} done), {} windows x {} tokens{}{}",
                   todo.size(), specs.size(), t.modules.size(), calib.count, calib.seq_len,
                   o.scale_above_bits > 0 ? fmt::format("; affine widths above {} bits scaled "
                                                        "from the widest measured",
                                                        o.scale_above_bits)
-                                         : ""));
+                                         : "",
+                  comm.size() > 1 ? fmt::format("; {} ranks", comm.size()) : ""));
   if (o.rotation) {
-    folded_dir = o.out + ".folded";
-    log(fmt::format("folding the rotation into {}", folded_dir));
+    // Every rank folds its own copy: ranks on other hosts need not share a disk.
+    folded_dir = o.out + ".folded" + (comm.size() > 1 ? fmt::format(".{}", comm.rank()) : "");
+    say(fmt::format("folding the rotation into {}", folded_dir));
     TQ_CHECK_OK(write_folded_float(o.model, *o.rotation, folded_dir));
     TQ_TRY(m, eval::open_eval_model(folded_dir));
   }
@@ -288,22 +402,28 @@ Result<SensitivityRunResult> run_sensitivity(
   auto since = [](Clock::time_point a) {
     return std::chrono::duration<double>(Clock::now() - a).count();
   };
+  // Every product single-threaded, the reference pass too: OpenBLAS's threaded products do
+  // not give the bits of its single-threaded ones, and the table must not depend on --threads
+  // or on the number of mpirun ranks.
+  BlasSingleThread blas(true);
   TQ_TRY(SensitivityMeter meter, SensitivityMeter::prepare(*runner, calib));
   const double ref_s = since(t0);
-  log(fmt::format("reference pass {:.1f} s", ref_s));
+  say(fmt::format("reference pass {:.1f} s", ref_s));
   const std::vector<QuantSpec> run_specs = network_specs(specs, o.scale_above_bits);
-  const int64_t n_threads =
-      std::clamp<int64_t>(o.threads > 0 ? o.threads : ThreadPool::hardware_threads(), 1,
-                          static_cast<int64_t>(todo.size()));
-  const double est =
-      estimate_measure_seconds(cfg, order, todo, run_specs, ref_s) / static_cast<double>(n_threads);
-  log(
+  const int64_t n_threads = std::clamp<int64_t>(
+      o.threads > 0 ? o.threads
+                    : std::max<int64_t>(1, ThreadPool::hardware_threads() / ranks_on_this_host()),
+      1, static_cast<int64_t>(todo.size()));
+  const double est = estimate_measure_seconds(cfg, order, todo, run_specs, ref_s) /
+                     static_cast<double>(n_threads * comm.size());
+  say(
       fmt::format("estimated time for the measurements: {} (from the reference pass; the "
                   "progress line updates it)",
                   est >= 120 ? fmt::format("{:.0f} min", est / 60) : fmt::format("{:.0f} s", est)));
 
-  // Modules in model order (the costliest first) to `threads` workers, each measuring whole
-  // modules with a single-threaded BLAS; results are written in model order as they finish.
+  // Modules, costliest first, to `threads` workers on every rank, each measuring whole modules
+  // with a single-threaded BLAS. Rank 0 hands out the next module to whichever worker asks
+  // (its own threads, or another rank's) and writes results in model order as they arrive.
   const int threads = static_cast<int>(n_threads);
   std::vector<double> cost;  // per module, in reference passes: the ETA's weights
   double cost_left = 0;
@@ -311,6 +431,10 @@ Result<SensitivityRunResult> run_sensitivity(
     cost.push_back(estimate_measure_seconds(cfg, order, {&mod, 1}, run_specs, 1.0));
     cost_left += cost.back();
   }
+  std::vector<size_t> queue(todo.size());
+  for (size_t i = 0; i < queue.size(); ++i) queue[i] = i;
+  std::stable_sort(queue.begin(), queue.end(),
+                   [&](size_t a, size_t b) { return cost[a] > cost[b]; });
   const double cost_all = cost_left;
   SensitivityProgress p;
   p.total = static_cast<int64_t>(todo.size() * specs.size());
@@ -318,39 +442,71 @@ Result<SensitivityRunResult> run_sensitivity(
   std::mutex mu;
   std::atomic<size_t> next{0};
   Status failed;
-  auto worker = [&] {
-    for (size_t i = next++; i < todo.size(); i = next++) {
-      ModuleSensitivity mod = todo[i];
-      const auto tm = Clock::now();
-      Status st = meter.measure(mod, specs, t.dtype, nullptr, o.scale_above_bits);
-      std::lock_guard<std::mutex> lock(mu);
-      if (!failed.ok()) return;
-      if (st.ok()) {
-        mod.seconds = since(tm);
-        t.modules.push_back(std::move(mod));
-        model_order(t);
-        st = write_sensitivity(o.out, t);
-      }
-      if (!st.ok()) {
-        failed = std::move(st);
+  // Rank 0: adds module todo[i] to the table and rewrites the file; false once failed.
+  auto record = [&](size_t i, ModuleSensitivity mod) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!failed.ok()) return false;
+    t.modules.push_back(std::move(mod));
+    model_order(t);
+    Status st = write_sensitivity(o.out, t);
+    if (!st.ok()) {
+      failed = std::move(st);
+      next = todo.size();
+      return false;
+    }
+    ++r.measured_modules;
+    cost_left -= cost[i];
+    p.done += static_cast<int64_t>(specs.size());
+    p.module = todo[i].name;
+    p.elapsed_s = since(t_measure);
+    p.eta_s = p.elapsed_s * std::max(cost_left, 0.0) / std::max(cost_all - cost_left, 1e-9);
+    if (progress) progress(p);
+    return true;
+  };
+  auto measure = [&](size_t i) -> Result<ModuleSensitivity> {
+    ModuleSensitivity mod = todo[i];
+    const auto tm = Clock::now();
+    TQ_CHECK_OK(meter.measure(mod, specs, t.dtype, nullptr, o.scale_above_bits));
+    mod.seconds = o.record_timings ? since(tm) : 0.0;
+    return mod;
+  };
+  auto local_worker = [&] {
+    for (size_t k = next++; k < todo.size(); k = next++) {
+      const size_t i = queue[k];
+      Result<ModuleSensitivity> mod = measure(i);
+      if (!mod.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (failed.ok()) failed = mod.error();
         next = todo.size();
         return;
       }
-      ++r.measured_modules;
-      cost_left -= cost[i];
-      p.done += static_cast<int64_t>(specs.size());
-      p.module = todo[i].name;
-      p.elapsed_s = since(t_measure);
-      p.eta_s = p.elapsed_s * std::max(cost_left, 0.0) / std::max(cost_all - cost_left, 1e-9);
-      if (progress) progress(p);
+      if (!record(i, std::move(mod).value())) return;
     }
   };
   {
-    BlasSingleThread blas(threads > 1);
     std::vector<std::thread> pool;
-    for (int i = 1; i < threads; ++i) pool.emplace_back(worker);
-    worker();
-    for (std::thread& th : pool) th.join();
+    if (root) {
+      for (int i = 1; i < threads; ++i) pool.emplace_back(local_worker);
+      Status served;
+      std::thread coordinator;
+      if (comm.size() > 1)
+        coordinator =
+            std::thread([&] { served = serve_sensitivity_items(comm, todo, queue, next, record); });
+      local_worker();
+      for (std::thread& th : pool) th.join();
+      if (coordinator.joinable()) coordinator.join();
+      if (failed.ok() && !served.ok()) failed = served;
+    } else {
+      TQ_CHECK_OK(send_values(comm, 0, kTagHello, std::span<const int64_t>(&n_threads, 1)));
+      std::vector<Status> st(static_cast<size_t>(threads));
+      for (int i = 0; i < threads; ++i)
+        pool.emplace_back([&, i] {
+          st[static_cast<size_t>(i)] = remote_sensitivity_worker(comm, i, queue, measure);
+        });
+      for (std::thread& th : pool) th.join();
+      for (Status& s : st)
+        if (failed.ok() && !s.ok()) failed = s;
+    }
   }
   TQ_CHECK_OK(failed);
   r.seconds = since(t0);

@@ -32,6 +32,7 @@ struct SensitivityRunOptions {
   int scale_above_bits = 4;
   std::vector<std::string> only;  // module-name substrings
   bool resume = false;
+  bool record_timings = true;  // false: every "seconds" is 0, so reruns give identical bytes
   // Measure on the rotation-folded model (folded to "<out>.folded/" first, removed after).
   std::optional<RotationOptions> rotation;
 };
@@ -61,6 +62,8 @@ double estimate_measure_seconds(const ModelConfig& cfg, std::span<const ModuleSe
 // The specs run through the network when wider affine ones are scaled (scale_above_bits).
 std::vector<QuantSpec> network_specs(std::span<const QuantSpec> specs, int scale_above_bits);
 
+// Under mpirun (base/comm.h) every rank calls this: rank 0 reads and writes the file and hands
+// modules to the workers of every rank; the file is the one a single process writes.
 // `log` gets one-off lines (plan, reference pass, the estimate); `progress` gets a call after
 // every spec.
 Result<SensitivityRunResult> run_sensitivity(

@@ -13,6 +13,8 @@ Result<KlResult> run_kl(const KlRequest& r) {
   if (from_file == !r.base.empty())
     return err("kl needs exactly one of a base model and a base-logits file");
   if (from_file && !r.save_base.empty()) return err("saving base rows needs a base model");
+  if (!r.save_base.empty() && world().size() > 1)
+    return err("saving base rows runs on one rank (not under mpirun -np {})", world().size());
   TQ_TRY(EvalText text, read_eval_text(r.text));
 
   // Cheap checks first (vocabularies, tokenization, saved file), then the weights.
@@ -65,10 +67,10 @@ Result<KlResult> run_kl(const KlRequest& r) {
   std::optional<LogitsModel> base_lm;
   if (base) base_lm = base->logits(w.seq_len);
   ProgressLine progress("kl", (w.seq_len - 1) * (base ? 2 : 1), r.show_progress);
-  TQ_TRY(KlTokens toks,
-         score_kl(w, base_lm ? &*base_lm : nullptr, base_file ? &*base_file : nullptr,
-                  cand.logits(w.seq_len), writer ? &*writer : nullptr,
-                  [&](int64_t d, int64_t t) { progress.update(d, t); }));
+  TQ_TRY(KlTokens toks, score_kl(
+                            w, base_lm ? &*base_lm : nullptr, base_file ? &*base_file : nullptr,
+                            cand.logits(w.seq_len), writer ? &*writer : nullptr,
+                            [&](int64_t d, int64_t t) { progress.update(d, t); }, &world()));
   if (writer) TQ_CHECK_OK(writer->finish());
   out.seconds = progress.elapsed_s();
   out.report = kl_report(toks);

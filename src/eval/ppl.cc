@@ -12,8 +12,10 @@ Result<PplResult> run_ppl(const PplRequest& r) {
   TQ_CHECK_OK(m.load_weights(r.show_progress, r.runtime));
 
   ProgressLine progress("ppl", w.seq_len - 1, r.show_progress);
-  TQ_TRY(std::vector<double> nll,
-         score_nll(m.logits(w.seq_len), w, [&](int64_t d, int64_t t) { progress.update(d, t); }));
+  TQ_TRY(
+      std::vector<double> nll,
+      score_nll(
+          m.logits(w.seq_len), w, [&](int64_t d, int64_t t) { progress.update(d, t); }, &world()));
   PplResult out;
   out.seconds = progress.elapsed_s();
   out.ppl = perplexity(nll);

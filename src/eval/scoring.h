@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "base/comm.h"
 #include "base/result.h"
 #include "eval/token_metrics.h"
 #include "eval/windows.h"
@@ -27,8 +28,12 @@ struct LogitsModel {
 using WindowProgress = std::function<void(int64_t, int64_t)>;
 
 // Per-token NLL of every scored target, in window order ([windows * scored_per_window]).
+// With a communicator of several ranks, each scores a contiguous range of windows and rank 0
+// returns them all in window order (the other ranks return only their own): what is computed
+// from the vector then does not depend on the rank count.
 Result<std::vector<double>> score_nll(const LogitsModel& model, const Windows& w,
-                                      const WindowProgress& progress = nullptr);
+                                      const WindowProgress& progress = nullptr,
+                                      Comm* comm = nullptr);
 
 // Argmax flips where the base's top-2 logits are this close count as ties.
 inline constexpr float kTieEps = 1e-6f;
@@ -53,9 +58,11 @@ struct KlReport {
 KlReport kl_report(const KlTokens& t);
 
 // Base rows come from `base_model`, or (when it is null) from `base_file`. When `save` is set,
-// the base model's rows of every window are also written to it.
+// the base model's rows of every window are also written to it (one rank only). Split over
+// the ranks of `comm` as score_nll is.
 Result<KlTokens> score_kl(const Windows& w, const LogitsModel* base_model,
                           const BaseLogitsReader* base_file, const LogitsModel& cand,
-                          BaseLogitsWriter* save, const WindowProgress& progress = nullptr);
+                          BaseLogitsWriter* save, const WindowProgress& progress = nullptr,
+                          Comm* comm = nullptr);
 
 }  // namespace tq::eval

@@ -57,6 +57,8 @@ std::map<TensorRole, std::string> linear_names(const ModelConfig& cfg, int64_t l
   return out;
 }
 
+constexpr int kTagHessian = 31, kTagCheckpoint = 32;
+
 std::string acts_file(int64_t layer) { return "acts_" + std::to_string(layer) + ".bin"; }
 std::string modules_file(int64_t layer) { return "layer_" + std::to_string(layer) + ".tqc"; }
 
@@ -75,9 +77,15 @@ Result<std::unique_ptr<GptqDriver>> GptqDriver::create(const ModelConfig& cfg,
   d->rows_ = calib.rows();
   d->seq_ = calib.seq_len;
   d->tokens_ = calib.tokens;
+  if (d->opt_.hessian_row_block < 1) return err("gptq: Hessian row block must be positive");
+  const int rank = d->opt_.comm ? d->opt_.comm->rank() : 0;
+  const int size = d->opt_.comm ? d->opt_.comm->size() : 1;
+  for (int64_t r = 0; r < d->rows_; ++r)
+    if (BlockedHessian::owner(r, d->opt_.hessian_row_block, size) == rank) d->my_rows_.push_back(r);
+  const auto mine = static_cast<int64_t>(d->my_rows_.size());
   const int64_t width = d->seq_ * cfg.hidden_size;
-  const bool fits = d->rows_ * width * 4 <= d->opt_.max_calib_memory;
-  TQ_TRY(d->x_, ActivationStore::create(d->rows_, width, fits, d->opt_.scratch_dir));
+  const bool fits = mine * width * 4 <= d->opt_.max_calib_memory;
+  TQ_TRY(d->x_, ActivationStore::create(mine, width, fits, d->opt_.scratch_dir));
   d->summary_ = {{"modules", 0},           {"fallbacks", 0},         {"escalated", 0},
                  {"cholesky_failures", 0}, {"scale_divergences", 0}, {"loss_divergences", 0},
                  {"dead_columns", 0},      {"seconds", 0.0},         {"spilled", !fits}};
@@ -92,14 +100,15 @@ Status GptqDriver::set_embedding(const FloatTensor& embed) {
     return err("gptq: embedding shape {} does not fit hidden size {}", shape_str(embed.shape), dd);
   if (next_layer_ > 0) return ok_status();  // resumed: the inputs come from the checkpoint
   std::vector<float> row(static_cast<size_t>(seq_ * dd));
-  for (int64_t r = 0; r < rows_; ++r) {
+  for (size_t lr = 0; lr < my_rows_.size(); ++lr) {
+    const int64_t r = my_rows_[lr];
     for (int64_t i = 0; i < seq_; ++i) {
       const int32_t t = tokens_[r * seq_ + i];
       if (t < 0 || t >= embed.shape[0])
         return err("gptq: calibration token {} outside the embedding's {} rows", t, embed.shape[0]);
       std::copy_n(embed.data.data() + t * dd, dd, row.data() + i * dd);
     }
-    TQ_CHECK_OK(x_.write_row(r, row));
+    TQ_CHECK_OK(x_.write_row(static_cast<int64_t>(lr), row));
   }
   have_input_ = true;
   return ok_status();
@@ -164,6 +173,7 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
     const std::map<std::string, QuantSpec>& specs, DType dtype) {
   if (layer < next_layer_) {
     if (opt_.checkpoint_dir.empty()) return err("gptq: layer {} was already quantized", layer);
+    if (!root()) return std::vector<GptqModule>();
     return read_modules_file((fs::path(opt_.checkpoint_dir) / modules_file(layer)).string());
   }
   if (layer != next_layer_)
@@ -193,91 +203,104 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
   const int64_t inter = cfg_.intermediate_size;
   std::vector<GptqModule> out;
 
-  // Quantizes the modules of `roles` that have a spec, all with the Hessian in `acc`.
+  // Quantizes the modules of `roles` that have a spec, all with the Hessian in `acc`: on rank
+  // 0, whose dequantized weights every rank then runs.
   auto quantize_group = [&](std::initializer_list<TensorRole> roles,
-                            const HessianAccumulator& acc) -> Status {
+                            BlockedHessian& acc) -> Status {
     std::vector<double> h;
+    bool have_h = false;
     for (TensorRole role : roles) {
       const std::string& name = names.at(role);
       const QuantSpec* spec = find_spec(specs, name);
       if (spec == nullptr) continue;
-      if (h.empty()) h = acc.hessian();
+      if (!have_h) {
+        TQ_TRY(h, acc.hessian());
+        have_h = true;
+      }
       std::vector<float>* dst = nullptr;
       with_layer_tensor(lw, role, [&](std::vector<float>& v) { dst = &v; });
-      TQ_TRY(GptqModule m, quantize_module(layer, name, tensors.at(name), *spec, dtype, h, dst));
-      out.push_back(std::move(m));
+      if (root()) {
+        TQ_TRY(GptqModule m, quantize_module(layer, name, tensors.at(name), *spec, dtype, h, dst));
+        out.push_back(std::move(m));
+      }
+      if (opt_.comm && opt_.comm->size() > 1) TQ_CHECK_OK(broadcast_values(*opt_.comm, 0, dst));
     }
     return ok_status();
   };
+  auto blocked = [&](int64_t cols, int tag) {
+    return BlockedHessian(cols, opt_.hessian, opt_.hessian_row_block, rows_, opt_.comm, tag);
+  };
+  const auto n_mine = static_cast<int64_t>(my_rows_.size());
   auto wanted = [&](std::initializer_list<TensorRole> roles) {
     for (TensorRole role : roles)
       if (find_spec(specs, names.at(role)) != nullptr) return true;
     return false;
   };
   auto in_memory = [&](int64_t width) {
-    return (x_.spilled() ? 0 : x_.bytes()) + rows_ * width * 4 <= opt_.max_calib_memory;
+    return (x_.spilled() ? 0 : x_.bytes()) + x_.rows() * width * 4 <= opt_.max_calib_memory;
   };
 
   std::vector<float> xb(static_cast<size_t>(seq_ * dd));
   F32Io io = buffers.bind(cfg_, inv_freq_, xb.data(), seq_);
   const std::span<const float> h(io.h, static_cast<size_t>(seq_ * dd));
   {  // A: q/k/v
-    HessianAccumulator acc(dd, opt_.hessian);
+    BlockedHessian acc = blocked(dd, kTagHessian);
     if (wanted({TensorRole::kAttnQ, TensorRole::kAttnK, TensorRole::kAttnV})) {
-      for (int64_t r = 0; r < rows_; ++r) {
+      for (int64_t r = 0; r < n_mine; ++r) {
         TQ_CHECK_OK(x_.read_row(r, xb));
         step.attn_norm(lw, io);
-        TQ_CHECK_OK(acc.add(h, seq_));
+        TQ_CHECK_OK(acc.add_row(my_rows_[r], h, seq_));
       }
     }
     TQ_CHECK_OK(quantize_group({TensorRole::kAttnQ, TensorRole::kAttnK, TensorRole::kAttnV}, acc));
   }
   {  // B: o_proj after the quantized attention; C: residual, gate/up
     TQ_TRY(ActivationStore atts,
-           ActivationStore::create(rows_, seq_ * qd, in_memory(seq_ * qd), opt_.scratch_dir));
+           ActivationStore::create(n_mine, seq_ * qd, in_memory(seq_ * qd), opt_.scratch_dir));
     std::vector<float> att(static_cast<size_t>(seq_ * qd));
     io.att = att.data();
-    HessianAccumulator acc_o(qd, opt_.hessian);
+    BlockedHessian acc_o = blocked(qd, kTagHessian);
     const bool want_o = wanted({TensorRole::kAttnO});
-    for (int64_t r = 0; r < rows_; ++r) {
+    for (int64_t r = 0; r < n_mine; ++r) {
       TQ_CHECK_OK(x_.read_row(r, xb));
       step.attn_norm(lw, io);
       step.qkv(lw, io);
       step.attn_core(lw, io);
-      if (want_o) TQ_CHECK_OK(acc_o.add(att, seq_));
+      if (want_o) TQ_CHECK_OK(acc_o.add_row(my_rows_[r], att, seq_));
       TQ_CHECK_OK(atts.write_row(r, att));
     }
     TQ_CHECK_OK(quantize_group({TensorRole::kAttnO}, acc_o));
-    HessianAccumulator acc_gu(dd, opt_.hessian);
+    BlockedHessian acc_gu = blocked(dd, kTagHessian);
     const bool want_gu = wanted({TensorRole::kMlpGate, TensorRole::kMlpUp});
-    for (int64_t r = 0; r < rows_; ++r) {
+    for (int64_t r = 0; r < n_mine; ++r) {
       TQ_CHECK_OK(x_.read_row(r, xb));
       TQ_CHECK_OK(atts.read_row(r, att));
       step.attn_out(lw, io);
       TQ_CHECK_OK(x_.write_row(r, xb));  // x now holds x_mid
       if (want_gu) {
         step.mlp_norm(lw, io);
-        TQ_CHECK_OK(acc_gu.add(h, seq_));
+        TQ_CHECK_OK(acc_gu.add_row(my_rows_[r], h, seq_));
       }
     }
     TQ_CHECK_OK(quantize_group({TensorRole::kMlpGate, TensorRole::kMlpUp}, acc_gu));
   }
   {  // D: down_proj after the quantized gate/up; E: the next layer's input
-    TQ_TRY(ActivationStore acts,
-           ActivationStore::create(rows_, seq_ * inter, in_memory(seq_ * inter), opt_.scratch_dir));
+    TQ_TRY(
+        ActivationStore acts,
+        ActivationStore::create(n_mine, seq_ * inter, in_memory(seq_ * inter), opt_.scratch_dir));
     std::vector<float> act(static_cast<size_t>(seq_ * inter));
     io.gate = act.data();
-    HessianAccumulator acc_d(inter, opt_.hessian);
+    BlockedHessian acc_d = blocked(inter, kTagHessian);
     const bool want_d = wanted({TensorRole::kMlpDown});
-    for (int64_t r = 0; r < rows_; ++r) {
+    for (int64_t r = 0; r < n_mine; ++r) {
       TQ_CHECK_OK(x_.read_row(r, xb));
       step.mlp_norm(lw, io);
       step.mlp_act(lw, io);
-      if (want_d) TQ_CHECK_OK(acc_d.add(act, seq_));
+      if (want_d) TQ_CHECK_OK(acc_d.add_row(my_rows_[r], act, seq_));
       TQ_CHECK_OK(acts.write_row(r, act));
     }
     TQ_CHECK_OK(quantize_group({TensorRole::kMlpDown}, acc_d));
-    for (int64_t r = 0; r < rows_; ++r) {
+    for (int64_t r = 0; r < n_mine; ++r) {
       TQ_CHECK_OK(x_.read_row(r, xb));
       TQ_CHECK_OK(acts.read_row(r, act));
       step.mlp_out(lw, io);
@@ -292,6 +315,14 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
 }
 
 Status GptqDriver::save_checkpoint(int64_t layer, const std::vector<GptqModule>& mods) {
+  std::vector<float> row(static_cast<size_t>(x_.width()));
+  if (!root()) {  // this rank's rows of the next layer's input go to rank 0, which writes them
+    for (int64_t r = 0; r < x_.rows(); ++r) {
+      TQ_CHECK_OK(x_.read_row(r, row));
+      TQ_CHECK_OK(send_large(*opt_.comm, 0, kTagCheckpoint, std::span<const float>(row)));
+    }
+    return ok_status();
+  }
   const fs::path dir(opt_.checkpoint_dir);
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -303,9 +334,14 @@ Status GptqDriver::save_checkpoint(int64_t layer, const std::vector<GptqModule>&
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
     if (!f) return err("{}: cannot write checkpoint", tmp.string());
-    std::vector<float> row(static_cast<size_t>(x_.width()));
-    for (int64_t r = 0; r < rows_; ++r) {
-      TQ_CHECK_OK(x_.read_row(r, row));
+    const int size = opt_.comm ? opt_.comm->size() : 1;
+    for (int64_t r = 0, mine = 0; r < rows_; ++r) {  // global row order
+      const int owner = BlockedHessian::owner(r, opt_.hessian_row_block, size);
+      if (owner == 0) {
+        TQ_CHECK_OK(x_.read_row(mine++, row));
+      } else {
+        TQ_CHECK_OK(recv_large(*opt_.comm, owner, kTagCheckpoint, std::span<float>(row)));
+      }
       f.write(reinterpret_cast<const char*>(row.data()),
               static_cast<std::streamsize>(row.size() * 4));
     }
@@ -328,6 +364,40 @@ Status GptqDriver::save_checkpoint(int64_t layer, const std::vector<GptqModule>&
 }
 
 Status GptqDriver::load_checkpoint() {
+  // Rank 0 reads the checkpoint; every rank first learns whether there is one and where it
+  // stands, then rank 0 sends each the rows it runs.
+  std::vector<int64_t> next = {-1};
+  if (root()) TQ_CHECK_OK(read_checkpoint(&next[0]));
+  if (opt_.comm && opt_.comm->size() > 1) TQ_CHECK_OK(broadcast_values(*opt_.comm, 0, &next));
+  if (next[0] < 0) return ok_status();
+  std::vector<float> row(static_cast<size_t>(x_.width()));
+  if (!root()) {
+    for (int64_t r = 0; r < x_.rows(); ++r) {
+      TQ_CHECK_OK(recv_large(*opt_.comm, 0, kTagCheckpoint, std::span<float>(row)));
+      TQ_CHECK_OK(x_.write_row(r, row));
+    }
+  } else {
+    const fs::path acts = fs::path(opt_.checkpoint_dir) / acts_file(next[0]);
+    std::ifstream a(acts, std::ios::binary);
+    const int size = opt_.comm ? opt_.comm->size() : 1;
+    for (int64_t r = 0, mine = 0; r < rows_; ++r) {  // global row order, each to its rank
+      if (!a.read(reinterpret_cast<char*>(row.data()),
+                  static_cast<std::streamsize>(row.size() * 4)))
+        return err("{}: checkpoint activations truncated", acts.string());
+      const int owner = BlockedHessian::owner(r, opt_.hessian_row_block, size);
+      if (owner == 0) {
+        TQ_CHECK_OK(x_.write_row(mine++, row));
+      } else {
+        TQ_CHECK_OK(send_large(*opt_.comm, owner, kTagCheckpoint, std::span<const float>(row)));
+      }
+    }
+  }
+  next_layer_ = resumed_layers_ = next[0];
+  have_input_ = true;
+  return ok_status();
+}
+
+Status GptqDriver::read_checkpoint(int64_t* next_layer) {
   const fs::path dir(opt_.checkpoint_dir), state_path = dir / "state.json";
   std::ifstream f(state_path);
   if (!f) return ok_status();  // nothing to resume
@@ -352,16 +422,8 @@ Status GptqDriver::load_checkpoint() {
     const fs::path acts = dir / acts_file(next);
     std::ifstream a(acts, std::ios::binary);
     if (!a) return err("{}: checkpoint activations missing", acts.string());
-    std::vector<float> row(static_cast<size_t>(x_.width()));
-    for (int64_t r = 0; r < rows_; ++r) {
-      if (!a.read(reinterpret_cast<char*>(row.data()),
-                  static_cast<std::streamsize>(row.size() * 4)))
-        return err("{}: checkpoint activations truncated", acts.string());
-      TQ_CHECK_OK(x_.write_row(r, row));
-    }
-    next_layer_ = resumed_layers_ = next;
+    *next_layer = next;
     seconds_ = summary_.value("seconds", 0.0);
-    have_input_ = true;
   } catch (const nlohmann::json::exception& e) {
     return err("{}: bad checkpoint state: {}", state_path.string(), e.what());
   }

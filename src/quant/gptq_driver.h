@@ -58,6 +58,12 @@ struct GptqDriverOptions {
   std::string checkpoint_dir;  // empty: no checkpoints
   std::string fingerprint;     // identifies source, options and calibration (caller-made)
   std::function<void(const GptqProgress&)> progress;
+  // Ranks of an mpirun job (null: this process alone). Calibration rows are cut into blocks of
+  // hessian_row_block rows dealt round-robin to the ranks; each rank runs the layer on its
+  // rows, rank 0 adds the blocks' Hessians in block order (BlockedHessian), quantizes and
+  // broadcasts the dequantized weights. Only rank 0 returns modules and keeps checkpoints.
+  Comm* comm = nullptr;
+  int64_t hessian_row_block = 16;
 };
 
 class GptqDriver {
@@ -85,12 +91,13 @@ class GptqDriver {
   // {"modules", "fallbacks", "escalated", "cholesky_failures", "scale_divergences",
   //  "loss_divergences", "dead_columns", "seconds"}
   nlohmann::json summary() const { return summary_; }
-  // The activations after the last quantized layer, [rows, seq * d].
+  // The activations after the last quantized layer, [this rank's rows, seq * d].
   const ActivationStore& activations() const { return x_; }
 
  private:
   GptqDriver() = default;
   Status load_checkpoint();
+  Status read_checkpoint(int64_t* next_layer);  // rank 0; -1 when there is none
   Status save_checkpoint(int64_t layer, const std::vector<GptqModule>& mods);
   Result<GptqModule> quantize_module(int64_t layer, const std::string& weight_name,
                                      const FloatTensor& w, const QuantSpec& spec, DType dtype,
@@ -99,9 +106,15 @@ class GptqDriver {
   ModelConfig cfg_;
   std::vector<double> inv_freq_;  // RoPE of cfg_
   GptqDriverOptions opt_;
+  Status quantize_shared(int64_t layer, const std::string& weight_name, const FloatTensor& w,
+                         const QuantSpec& spec, DType dtype, BlockedHessian& acc,
+                         std::vector<float>* dst, std::vector<GptqModule>* out);
+  bool root() const { return opt_.comm == nullptr || opt_.comm->rank() == 0; }
+
   int64_t rows_ = 0, seq_ = 0;
-  std::vector<int32_t> tokens_;  // [rows, seq]
-  ActivationStore x_;            // [rows, seq * d]
+  std::vector<int32_t> tokens_;   // [rows, seq]
+  std::vector<int64_t> my_rows_;  // the calibration rows this rank runs, increasing
+  ActivationStore x_;             // [my_rows_.size(), seq * d]
   bool have_input_ = false;
   int64_t next_layer_ = 0, resumed_layers_ = 0;
   double seconds_ = 0.0;  // spent in quantize_layer, over runs (checkpointed)
