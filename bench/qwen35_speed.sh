@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # qwen3_5 speed on a seeded random checkpoint of Qwen3.5-0.8B-like geometry (no real weights
 # here): converted to affine 4-bit g64, then `tq bench` with the chunked Gated DeltaNet prefill
-# (TQ_DELTA_CHUNK=64, the default) and token by token (TQ_DELTA_CHUNK=0), and the kernel alone
+# (TQ_DELTA_CHUNK=32, the default) and token by token (TQ_DELTA_CHUNK=0), and the kernel alone
 # (tq_kernel_bench BM_GatedDelta). Run under flock /tmp/tq-bench.lock on a quiet machine.
-#   bench/qwen35_speed.sh [LENGTHS] [GEN]   (default 2048 and 32)
+#   bench/qwen35_speed.sh [LENGTHS] [GEN]   (default 128,2048 and 32)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
 TQ=${TQ:-$TQ_BUILD/tq}
-lengths=${1:-2048}
+lengths=${1:-128,2048}
 gen=${2:-32}
 work=$TQ_CACHE/bench/qwen35
 src=$work/qwen35-0p8b-like-bf16
@@ -32,7 +32,7 @@ PY
 fi
 [ -f "$q4/config.json" ] || "$TQ" convert "$src" -o "$q4" --bits 4 --group-size 64 --no-db >/dev/null
 "$TQ" inspect "$q4" | grep -E "bits/weight|size "
-for chunk in 64 0; do
+for chunk in 32 0; do
   echo "TQ_DELTA_CHUNK=$chunk"
   TQ_DELTA_CHUNK=$chunk "$TQ" bench "$q4" --prompt-lengths "$lengths" --gen "$gen" --repeat 1 --no-db
 done

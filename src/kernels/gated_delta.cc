@@ -21,8 +21,10 @@ float log_decay(float a, float a_log, float dt_bias) {
 
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
+}  // namespace
+
 // q <- dk^-1/2 q / sqrt(sum q^2 + 1e-6), k <- k / sqrt(sum k^2 + 1e-6), for every key head.
-void normalize_qk(const GatedDeltaDims& d, float* qkv, int64_t n) {
+void gated_delta_normalize_qk(const GatedDeltaDims& d, float* qkv, int64_t n) {
   const int64_t c = d.conv_dim(), kd = d.key_dim();
   const float scale = 1.0f / std::sqrt(static_cast<float>(d.dk));
   for (int64_t t = 0; t < n; ++t)
@@ -35,6 +37,8 @@ void normalize_qk(const GatedDeltaDims& d, float* qkv, int64_t n) {
         for (int64_t j = 0; j < d.dk; ++j) x[j] *= inv;
       }
 }
+
+namespace {
 
 // One token through value head h's state S [dv, dk] (decay, delta update, read-out). The dot
 // products keep 8 partial sums so that the compiler may vectorize them (no reassociation).
@@ -162,8 +166,7 @@ void causal_conv1d_silu(const float* w, int64_t channels, int64_t kernel, float*
 void gated_delta_rule(const GatedDeltaDims& d, float* qkv, const float* b, const float* a,
                       const float* a_log, const float* dt_bias, float* state, int64_t n, float* y,
                       int64_t chunk) {
-  normalize_qk(d, qkv, n);
-  const int64_t c = d.conv_dim(), kd = d.key_dim(), ratio = d.hv / d.hk;
+  gated_delta_normalize_qk(d, qkv, n);
   if (chunk > 1) {
     ChunkScratch s;
     for (int64_t t0 = 0; t0 < n; t0 += chunk)
@@ -172,9 +175,16 @@ void gated_delta_rule(const GatedDeltaDims& d, float* qkv, const float* b, const
                    std::min(chunk, n - t0), y, s);
     return;
   }
+  gated_delta_steps(d, qkv, b, a, a_log, dt_bias, state, n, y, 0, d.hv);
+}
+
+void gated_delta_steps(const GatedDeltaDims& d, const float* qkv, const float* b, const float* a,
+                       const float* a_log, const float* dt_bias, float* state, int64_t n, float* y,
+                       int64_t h0, int64_t h1) {
+  const int64_t c = d.conv_dim(), kd = d.key_dim(), ratio = d.hv / d.hk;
   for (int64_t t = 0; t < n; ++t) {
     const float* row = qkv + t * c;
-    for (int64_t h = 0; h < d.hv; ++h) {
+    for (int64_t h = h0; h < h1; ++h) {
       const int64_t hkh = h / ratio;
       const float g = std::exp(log_decay(a[t * d.hv + h], a_log[h], dt_bias[h]));
       step_head(d, g, sigmoid(b[t * d.hv + h]), row + hkh * d.dk, row + kd + hkh * d.dk,

@@ -32,6 +32,14 @@ void gated_delta_rule(const GatedDeltaDims& d, float* qkv, const float* b, const
                       const float* a_log, const float* dt_bias, float* state, int64_t n, float* y,
                       int64_t chunk = 0);
 
+// gated_delta_rule in two steps, for callers that split the value heads over threads: q and k
+// of qkv [n, C] l2-normalized in place, then the token-by-token rule for value heads [h0, h1)
+// only (each reads its own state [dv, dk] and writes its own y columns).
+void gated_delta_normalize_qk(const GatedDeltaDims& d, float* qkv, int64_t n);
+void gated_delta_steps(const GatedDeltaDims& d, const float* qkv, const float* b, const float* a,
+                       const float* a_log, const float* dt_bias, float* state, int64_t n, float* y,
+                       int64_t h0, int64_t h1);
+
 // y [rows, dv] <- rms_norm(y) · w ⊙ silu(z): the gated RMSNorm over each value head.
 void gated_rms_norm(float* y, const float* z, const float* w, int64_t rows, int64_t dv, float eps);
 

@@ -91,7 +91,7 @@ class F32Step {
   void linear(TensorRole role, const std::vector<float>& w, const std::vector<float>& bias,
               const float* x, int64_t in, int64_t out, float* y, const F32Io& io) const;
   ModelConfig c_;
-  int64_t delta_chunk_ = 64, delta_chunk_min_ = 64;
+  int64_t delta_chunk_ = 32, delta_chunk_min_ = 32;  // delta_chunk_from_env's default
 };
 
 }  // namespace tq

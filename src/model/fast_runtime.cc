@@ -126,7 +126,7 @@ class FastRuntime final : public Runtime {
   // for full-attention layers only, states for DeltaNet layers); n_full / n_linear of each.
   std::vector<int64_t> slot;
   int64_t n_full = 0, n_linear = 0;
-  int64_t delta_chunk = 64;  // delta_chunk_from_env
+  int64_t delta_chunk = 32;  // delta_chunk_from_env
   mutable ActQ8 xq, xq2;
   mutable ActTiles xt;
 
@@ -656,9 +656,18 @@ void FastRuntime::lin_core(const FastLayer& L, FastIo& io) const {
     if (c.n == 0) std::fill_n(conv, conv_size(), 0.0f), std::fill_n(state, ssm_size(), 0.0f);
     float* qkv = io.lin_qkv + r0 * C;
     causal_conv1d_silu(L.lin_conv.data(), C, K, conv, qkv, n);
-    gated_delta_rule(dd, qkv, io.lin_b + r0 * dd.hv, io.lin_a + r0 * dd.hv, L.lin_a_log.data(),
-                     L.lin_dt_bias.data(), state, n, io.att + r0 * dd.value_dim(),
-                     n >= delta_chunk ? delta_chunk : 0);
+    const float *b = io.lin_b + r0 * dd.hv, *a = io.lin_a + r0 * dd.hv;
+    float* y = io.att + r0 * dd.value_dim();
+    if (delta_chunk > 1 && n >= delta_chunk) {  // OpenBLAS GEMMs, on its own threads
+      gated_delta_rule(dd, qkv, b, a, L.lin_a_log.data(), L.lin_dt_bias.data(), state, n, y,
+                       delta_chunk);
+    } else {  // token by token (decode): value heads split over the pool
+      gated_delta_normalize_qk(dd, qkv, n);
+      pool->parallel_for(dd.hv, [&](int64_t h0, int64_t h1) {
+        gated_delta_steps(dd, qkv, b, a, L.lin_a_log.data(), L.lin_dt_bias.data(), state, n, y, h0,
+                          h1);
+      });
+    }
   }
 }
 

@@ -107,7 +107,7 @@ class ReferenceRuntime final : public Runtime {
 
 Result<int64_t> delta_chunk_from_env() {
   const char* e = std::getenv("TQ_DELTA_CHUNK");
-  if (e == nullptr || *e == '\0') return int64_t{64};
+  if (e == nullptr || *e == '\0') return int64_t{32};
   char* end = nullptr;
   const long v = std::strtol(e, &end, 10);
   if (*end != '\0' || v < 0 || v > 4096)
