@@ -9,6 +9,7 @@
 #include <benchmark/benchmark.h>
 #include <hwy/targets.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string_view>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "kernels/amx_matmul.h"
+#include "kernels/gated_delta.h"
 #include "kernels/packed_matmul.h"
 #include "kernels/vec_ops.h"
 
@@ -145,6 +147,37 @@ BENCHMARK(BM_AttendDecode)
     ->Args({2048, 64, 0})
     ->Args({2048, 64, 1})
     ->ArgNames({"len", "hd", "f16"});
+
+// One Gated DeltaNet layer's recurrence (qwen3_5) over a prefill of `len` tokens: 16 key and
+// 16 value heads of 128 (a Qwen3.5-0.8B-like layer), token by token (chunk 0) or in chunks
+// (the WY form). q/k normalization included; the conv and the projections are not.
+// args: tokens, chunk
+void BM_GatedDelta(benchmark::State& st) {
+  const int64_t len = st.range(0), chunk = st.range(1);
+  const GatedDeltaDims d{16, 16, 128, 128};
+  const std::vector<float> qkv0 = make_x(len, d.conv_dim()), b = make_x(len, d.hv),
+                           a = make_x(len, d.hv), a_log = make_x(1, d.hv), dt = make_x(1, d.hv);
+  std::vector<float> qkv, state(static_cast<size_t>(d.state_size())),
+      y(static_cast<size_t>(len * d.value_dim()));
+  for (auto _ : st) {
+    st.PauseTiming();
+    qkv = qkv0;
+    std::fill(state.begin(), state.end(), 0.0f);
+    st.ResumeTiming();
+    gated_delta_rule(d, qkv.data(), b.data(), a.data(), a_log.data(), dt.data(), state.data(), len,
+                     y.data(), chunk);
+    benchmark::DoNotOptimize(y.data());
+  }
+  st.SetItemsProcessed(st.iterations() * len);
+}
+BENCHMARK(BM_GatedDelta)
+    ->Args({2048, 0})
+    ->Args({2048, 32})
+    ->Args({2048, 64})
+    ->Args({2048, 128})
+    ->Args({1, 0})
+    ->ArgNames({"tokens", "chunk"})
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace tq

@@ -79,6 +79,8 @@ nlohmann::json gptq_options_record(const GptqArgs& a) {
 }
 
 Result<GptqSetup> make_gptq(const GptqArgs& a, const ConvertJob& job, const ConvertOptions& o) {
+  if (job.source.config.family == Family::kQwen35)
+    return err("{}: model_type qwen3_5: --gptq is not supported for this family yet", o.source);
   GptqDriverOptions d;
   TQ_TRY(const uint64_t calib_memory, parse_byte_size(a.max_calib_memory, "--max-calib-memory"));
   d.max_calib_memory = static_cast<int64_t>(calib_memory);

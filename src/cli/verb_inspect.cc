@@ -1,6 +1,8 @@
 // tq inspect MODEL: what a checkpoint is, how it is stored, and its exact size.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 
@@ -40,6 +42,14 @@ nlohmann::json quantization_json(const ModelSource& m) {
   return q;
 }
 
+// Each layer's kind, as Hugging Face's layer_types names them.
+std::vector<std::string> layer_kinds(const ModelConfig& c) {
+  std::vector<std::string> k;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+    k.push_back(c.linear_layer(l) ? "linear_attention" : "full_attention");
+  return k;
+}
+
 nlohmann::json config_summary(const ModelConfig& c) {
   nlohmann::json j = {{"model_type", c.model_type},
                       {"hidden_size", c.hidden_size},
@@ -55,6 +65,17 @@ nlohmann::json config_summary(const ModelConfig& c) {
                       {"tie_word_embeddings", c.tie_word_embeddings}};
   if (c.rope_scaling)
     j["rope_scaling"] = {{"type", c.rope_scaling->type}, {"factor", c.rope_scaling->factor}};
+  if (c.family == Family::kQwen35) {
+    j["rotary_dims"] = c.rotary_dims();
+    j["linear_num_key_heads"] = c.linear_num_key_heads;
+    j["linear_num_value_heads"] = c.linear_num_value_heads;
+    j["linear_key_head_dim"] = c.linear_key_head_dim;
+    j["linear_value_head_dim"] = c.linear_value_head_dim;
+    j["linear_conv_kernel_dim"] = c.linear_conv_kernel_dim;
+    j["full_attention_interval"] = c.full_attention_interval;
+    j["layout"] = c.hf_layout ? "hf" : "mlx";
+    j["layer_types"] = layer_kinds(c);
+  }
   return j;
 }
 
@@ -92,6 +113,20 @@ Status run_inspect(const InspectOptions& o) {
       "  geometry      hidden {}, layers {}, heads {} (kv {}), head_dim {}, mlp {}, vocab {}\n",
       c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.head_dim,
       c.intermediate_size, c.vocab_size);
+  if (c.family == Family::kQwen35) {
+    fmt::print(
+        "  linear attn   Gated DeltaNet: key heads {} x {}, value heads {} x {}, conv kernel {}\n",
+        c.linear_num_key_heads, c.linear_key_head_dim, c.linear_num_value_heads,
+        c.linear_value_head_dim, c.linear_conv_kernel_dim);
+    const std::vector<std::string> kinds = layer_kinds(c);
+    const auto full = std::count(kinds.begin(), kinds.end(), "full_attention");
+    fmt::print("  layers        {} linear_attention, {} full_attention (gated): {}\n",
+               kinds.size() - static_cast<size_t>(full), full, fmt::join(kinds, ", "));
+    fmt::print("  layout        {}, rotary dims {} of {}\n",
+               c.hf_layout ? "Hugging Face (zero-centred norms, conv1d [C, 1, K])"
+                           : "mlx-lm (conv1d [C, K, 1])",
+               c.rotary_dims(), c.head_dim);
+  }
   fmt::print("  rope          theta {}{}, max positions {}\n", c.rope_theta,
              c.rope_scaling
                  ? fmt::format(", scaling {} x{}", c.rope_scaling->type, c.rope_scaling->factor)

@@ -78,6 +78,17 @@ std::vector<Group> make_groups(const QuantPlan& plan, bool together) {
   return out;
 }
 
+// The source's row for a plan entry: the same tensor in the source's layout (qwen3_5's Hugging
+// Face names when the output is mlx-lm's), or null for an entry with no table row.
+const TensorKind* source_row(const ModelSource& src, const PlanEntry& e) {
+  return e.kind != nullptr ? same_tensor(table_for(src.config), *e.kind) : nullptr;
+}
+
+std::string source_name(const ModelSource& src, const PlanEntry& e) {
+  const TensorKind* k = source_row(src, e);
+  return k != nullptr ? tensor_name(*k, e.layer) : e.name;
+}
+
 Status cancelled(const ConvertOptions& o) {
   if (o.cancel && o.cancel->load()) return err("{}: interrupted; nothing was written", o.dest);
   return ok_status();
@@ -101,6 +112,9 @@ Result<ConvertJob> prepare_convert(const ConvertOptions& opts,
                                    std::vector<WeightTransform*> transforms) {
   ConvertJob job;
   TQ_TRY(job.source, open_model(opts.source));
+  if (job.source.config.family == Family::kQwen35 && !transforms.empty())
+    return err("{}: model_type qwen3_5: --rotate-weights is not supported for this family yet",
+               opts.source);
   job.config = job.source.config_json;
   job.config.erase("quantization");  // re-quantizing an MLX source starts from its float values
   job.config.erase("quantization_config");
@@ -124,8 +138,8 @@ Result<ConvertJob> prepare_convert(const ConvertOptions& opts,
   }
   if (transforms.empty()) {
     for (const auto& e : job.plan.entries)
-      if (!job.source.tensors->find(e.name))
-        return err("{}: tensor '{}' is missing", opts.source, e.name);
+      if (!job.source.tensors->find(source_name(job.source, e)))
+        return err("{}: tensor '{}' is missing", opts.source, source_name(job.source, e));
   }
   job.transforms = std::move(transforms);
   return job;
@@ -162,12 +176,17 @@ Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
   prog.bytes_out_total = out_total;
   json module_info = json::object();
   const auto t_apply = Clock::now();
+  // The source may store the family in another layout (qwen3_5: Hugging Face's): each plan
+  // entry is read from its row of the source's table and re-expressed in the output's.
   for (const Group& g : groups) {
     TQ_CHECK_OK(cancelled(opts));
     TensorMap m;
     for (const PlanEntry* e : g.entries) {
-      if (!src.find(e->name)) continue;  // a transform must create it (checked below)
-      TQ_TRY(FloatTensor t, src.load_f32(e->name));
+      const TensorKind* sk = source_row(job.source, *e);
+      const std::string sname = source_name(job.source, *e);
+      if (!src.find(sname)) continue;  // a transform must create it (checked below)
+      TQ_TRY(FloatTensor t, src.load_f32(sname));
+      if (sk != nullptr && sk != e->kind) TQ_CHECK_OK(change_layout(*sk, *e->kind, e->shape, t));
       prog.bytes_in += t.data.size() * sizeof(float);
       m.emplace(e->name, std::move(t));
     }
@@ -219,7 +238,7 @@ Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
     }
     for (const PlanEntry* e : g.entries) {
       if (e->spec) continue;
-      std::vector<uint8_t> bytes = encode_from_f32(m.at(e->name).data, plan.dtype);
+      std::vector<uint8_t> bytes = encode_from_f32(m.at(e->name).data, plan.float_dtype(*e));
       TQ_CHECK_OK(writer->write(e->name, bytes));
       prog.bytes_out += bytes.size();
       m.erase(e->name);

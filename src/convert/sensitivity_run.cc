@@ -296,6 +296,8 @@ Result<SensitivityRunResult> run_sensitivity(
   TQ_TRY(std::vector<int> bits, parse_bits(o.bits));
   TQ_TRY(std::vector<QuantSpec> specs, candidate_specs(split(o.modes), bits, o.group_size));
   TQ_TRY(eval::EvalModel m, eval::open_eval_model(o.model));
+  if (m.src.config.family == Family::kQwen35)
+    return err("{}: model_type qwen3_5: tq sensitivity does not measure this family yet", o.model);
   const std::string fingerprint = m.fingerprint;  // always the source's: convert checks it
   std::string folded_dir;
   struct RemoveDir {

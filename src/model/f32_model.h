@@ -27,6 +27,9 @@ class F32Model {
   const std::vector<double>& inv_freq() const { return inv_freq_; }
   const F32Tensors& tensors() const { return t_; }
   const F32Step& step() const { return step_; }
+  void set_delta_chunk(int64_t chunk, int64_t min_tokens) {
+    step_.set_delta_chunk(chunk, min_tokens);
+  }
   // The weight of a quantizable role (layer -1 for embed / lm_head; lm_head of a tied model is
   // the embedding); empty when the model has no such tensor.
   std::span<const float> weight(TensorRole role, int64_t layer) const;

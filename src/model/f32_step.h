@@ -1,6 +1,6 @@
 // The decoder layer's stages (model/layer.h run_layer) in f32 through OpenBLAS: the step of the
 // reference runtime, GPTQ calibration and sensitivity. Matches mlx-lm's llama.py / qwen2.py /
-// qwen3.py (FORMATS.md §7) computed in f32.
+// qwen3.py (FORMATS.md §7) and qwen3_5.py (docs/QWEN35.md) computed in f32.
 #pragma once
 
 #include <cstdint>
@@ -36,7 +36,16 @@ struct F32Io {
   float *q = nullptr, *att = nullptr;          // [rows, qd]
   float *k = nullptr, *v = nullptr;            // keys, values (above)
   float *gate = nullptr, *up = nullptr;        // [rows, inter]; gate holds the activation
-  const float *cos = nullptr, *sin = nullptr;  // RoPE table [n, head_dim / 2]
+  const float *cos = nullptr, *sin = nullptr;  // RoPE table [n, rotary_dims / 2]
+  // qwen3_5 gated attention: the output gate [rows, qd] (q_proj's second half per head), and
+  // q_proj's whole output [rows, 2 qd].
+  float *att_gate = nullptr, *qg = nullptr;
+  // qwen3_5 Gated DeltaNet: in_proj outputs qkv [rows, C] (the conv's output, in place), z
+  // [rows, vd], b and a [rows, Hv]; the output y goes to att [rows, vd]. Sequence s's conv
+  // state [K-1, C] and delta-rule state [Hv, dv, dk] are at conv_state + s (K-1) C and
+  // ssm_state + s Hv dv dk; at p0 == 0 they start from zeros.
+  float *lin_qkv = nullptr, *lin_z = nullptr, *lin_b = nullptr, *lin_a = nullptr;
+  float *conv_state = nullptr, *ssm_state = nullptr;
   const WeightOverride* weight = nullptr;
   const LinearTap* tap = nullptr;
   int64_t rows() const { return n * seqs; }
@@ -53,11 +62,17 @@ class F32Buffers {
 
  private:
   std::vector<float> h_, q_, att_, k_, v_, gate_, up_, cos_, sin_;
+  std::vector<float> att_gate_, qg_, lin_qkv_, lin_z_, lin_b_, lin_a_, conv_state_, ssm_state_;
 };
 
 class F32Step {
  public:
   explicit F32Step(const ModelConfig& c) : c_(c) {}
+  // Gated DeltaNet prefill of `min_tokens` or more runs in chunks of `chunk` tokens (the WY
+  // form); shorter calls, and chunk <= 1, run token by token.
+  void set_delta_chunk(int64_t chunk, int64_t min_tokens) {
+    delta_chunk_ = chunk, delta_chunk_min_ = min_tokens;
+  }
   void attn_norm(const F32Layer& L, F32Io& io) const;
   void qkv(const F32Layer& L, F32Io& io) const;
   void attn_core(const F32Layer& L, F32Io& io) const;
@@ -68,10 +83,15 @@ class F32Step {
   void run(const F32Layer& L, F32Io& io) const { run_layer(*this, L, io); }
 
  private:
+  // The Gated DeltaNet halves of qkv / attn_core / attn_out (L.linear).
+  void lin_in(const F32Layer& L, F32Io& io) const;
+  void lin_core(const F32Layer& L, F32Io& io) const;
+  void lin_out(const F32Layer& L, F32Io& io) const;
   // y [rows, out] = x [rows, in] · W^T (+ bias), W the layer's or io's override for `role`.
   void linear(TensorRole role, const std::vector<float>& w, const std::vector<float>& bias,
               const float* x, int64_t in, int64_t out, float* y, const F32Io& io) const;
   ModelConfig c_;
+  int64_t delta_chunk_ = 32, delta_chunk_min_ = 32;  // delta_chunk_from_env's default
 };
 
 }  // namespace tq

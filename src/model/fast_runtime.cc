@@ -23,6 +23,7 @@
 #include "io/checkpoint_dir.h"
 #include "kernels/amx_matmul.h"
 #include "kernels/attention.h"
+#include "kernels/gated_delta.h"
 #include "kernels/ops.h"
 #include "kernels/packed_matmul.h"
 #include "kernels/vec_ops.h"
@@ -83,6 +84,9 @@ struct FastIo {
   std::vector<int64_t> first;  // row of each sequence's first token
   float *x, *h, *q, *k, *v, *att, *gate, *up;
   const float *cos, *sin;
+  // qwen3_5 (as F32Io): q_proj's [query | gate] rows and the gate; the DeltaNet in_proj outputs.
+  float *qg = nullptr, *att_gate = nullptr;
+  float *lin_qkv = nullptr, *lin_z = nullptr, *lin_b = nullptr, *lin_a = nullptr;
 };
 
 }  // namespace
@@ -118,6 +122,12 @@ class FastRuntime final : public Runtime {
   mutable std::mutex mu;
   mutable std::vector<float> x, h, q, att, gate, up, cos, sin, knew, vnew, kf, vf, logits_all;
   mutable std::vector<float> part_ml, part_acc;  // decode attention's partial softmaxes
+  mutable std::vector<float> qg, att_gate, lin_qkv, lin_z, lin_b, lin_a;  // qwen3_5
+  // A layer's index among the layers of its kind (qwen3_5: the cache holds keys and values
+  // for full-attention layers only, states for DeltaNet layers); n_full / n_linear of each.
+  std::vector<int64_t> slot;
+  int64_t n_full = 0, n_linear = 0;
+  int64_t delta_chunk = 32;  // delta_chunk_from_env
   mutable ActQ8 xq, xq2;
   mutable ActTiles xt;
 
@@ -134,6 +144,14 @@ class FastRuntime final : public Runtime {
   void mlp_norm(const FastLayer& L, FastIo& io) const;
   void mlp_act(const FastLayer& L, FastIo& io) const;
   void mlp_out(const FastLayer& L, FastIo& io) const;
+  // The Gated DeltaNet halves of qkv / attn_core / attn_out (L.linear).
+  void lin_in(const FastLayer& L, FastIo& io) const;
+  void lin_core(const FastLayer& L, FastIo& io) const;
+  void lin_out(const FastLayer& L, FastIo& io) const;
+  int64_t conv_size() const { return (cfg.linear_conv_kernel_dim - 1) * cfg.linear_conv_dim(); }
+  int64_t ssm_size() const {
+    return cfg.linear_num_value_heads * cfg.linear_value_head_dim * cfg.linear_key_head_dim;
+  }
   // With batch_invariant, rows [0, split) take the per-token kernels and [split, n) the batch
   // kernels whatever n is (the forward call puts its one-token sequences first).
   void run(std::initializer_list<MatJob> jobs, const float* xin, int64_t n,
@@ -440,6 +458,9 @@ Result<std::unique_ptr<Runtime>> load_fast_runtime(const ModelSource& src,
   std::unique_ptr<FastRuntime> fm(new FastRuntime());
   FastRuntime& m = *fm;
   m.cfg = src.config;
+  for (int64_t l = 0; l < m.cfg.num_hidden_layers; ++l)
+    m.slot.push_back(m.cfg.linear_layer(l) ? m.n_linear++ : m.n_full++);
+  TQ_TRY(m.delta_chunk, delta_chunk_from_env());
   m.opts = opts;
   m.inv_freq = std::move(inv_freq);
   m.pool = std::make_unique<ThreadPool>(opts.threads);
@@ -465,8 +486,13 @@ Result<std::unique_ptr<Runtime>> load_fast_runtime(const ModelSource& src,
   const bool dram = fm->bytes_per_token() >= static_cast<uint64_t>(llc > 0 ? llc : 32 << 20);
   m.slices_per_thread = dram ? 1 : 4;
   for (const FastLayer& L : m.t.layers) {
-    m.products.push_back({{&L.q, &L.k, &L.v}, 3});
-    m.products.push_back({{&L.o}, 1});
+    if (L.linear) {  // in_proj_a (Hv rows) is left out: three products at most per entry
+      m.products.push_back({{&L.lin_qkv, &L.lin_z, &L.lin_b}, 3});
+      m.products.push_back({{&L.lin_out}, 1});
+    } else {
+      m.products.push_back({{&L.q, &L.k, &L.v}, 3});
+      m.products.push_back({{&L.o}, 1});
+    }
     m.products.push_back({{&L.gate, &L.up}, 2});
     m.products.push_back({{&L.down}, 1});
   }
@@ -488,9 +514,10 @@ std::string FastRuntime::name() const {
 
 namespace {
 
-// Elements of a fast cache of `capacity` positions: keys (whole blocks of 16), values.
-std::pair<size_t, size_t> kv_sizes(const ModelConfig& c, int64_t capacity) {
-  const int64_t kvd = c.num_key_value_heads * c.head_dim, L = c.num_hidden_layers;
+// Elements of a fast cache of `capacity` positions for L attention layers: keys (whole blocks
+// of 16), values.
+std::pair<size_t, size_t> kv_sizes(const ModelConfig& c, int64_t L, int64_t capacity) {
+  const int64_t kvd = c.num_key_value_heads * c.head_dim;
   return {static_cast<size_t>(L * kvd * kv_stride(capacity)),
           static_cast<size_t>(L * kvd * capacity)};
 }
@@ -500,7 +527,9 @@ std::pair<size_t, size_t> kv_sizes(const ModelConfig& c, int64_t capacity) {
 KvCache FastRuntime::new_cache(int64_t capacity) const {
   KvCache kv;
   kv.capacity = std::max<int64_t>(capacity, 0);
-  const auto [ks, vs] = kv_sizes(cfg, kv.capacity);
+  const auto [ks, vs] = kv_sizes(cfg, n_full, kv.capacity);
+  kv.conv.assign(static_cast<size_t>(n_linear * conv_size()), 0.0f);
+  kv.ssm.assign(static_cast<size_t>(n_linear * ssm_size()), 0.0f);
   if (opts.kv_cache == KvType::kF16) {
     kv.layout = KvLayout::kFastF16;
     kv.k16.assign(ks, 0), kv.v16.assign(vs, 0);
@@ -513,7 +542,10 @@ KvCache FastRuntime::new_cache(int64_t capacity) const {
 
 bool FastRuntime::fits(const KvCache& kv) const {
   if (kv.capacity < 0) return false;
-  const auto [ks, vs] = kv_sizes(cfg, kv.capacity);
+  const auto [ks, vs] = kv_sizes(cfg, n_full, kv.capacity);
+  if (kv.conv.size() != static_cast<size_t>(n_linear * conv_size()) ||
+      kv.ssm.size() != static_cast<size_t>(n_linear * ssm_size()))
+    return false;
   if (opts.kv_cache == KvType::kF16)
     return kv.layout == KvLayout::kFastF16 && kv.k16.size() == ks && kv.v16.size() == vs;
   return kv.layout == KvLayout::kFastF32 && kv.k.size() == ks && kv.v.size() == vs;
@@ -523,7 +555,8 @@ uint64_t FastRuntime::bytes_per_token() const {
   uint64_t b = t.lm_head.bytes() + t.embed.bytes() / std::max<uint64_t>(t.embed.rows, 1);
   for (const FastLayer& L : t.layers)
     b += L.q.bytes() + L.k.bytes() + L.v.bytes() + L.o.bytes() + L.gate.bytes() + L.up.bytes() +
-         L.down.bytes();
+         L.down.bytes() + L.lin_qkv.bytes() + L.lin_z.bytes() + L.lin_b.bytes() + L.lin_a.bytes() +
+         L.lin_out.bytes();
   return b;
 }
 
@@ -550,13 +583,20 @@ void FastRuntime::attn_norm(const FastLayer& L, FastIo& io) const {
 }
 
 void FastRuntime::qkv(const FastLayer& L, FastIo& io) const {
+  if (L.linear) return lin_in(L, io);
   const int64_t hd = cfg.head_dim, n = io.n;
   const int64_t n_heads = cfg.num_attention_heads, n_kv = cfg.num_key_value_heads;
   ahead(io, static_cast<size_t>(io.l) * 4 + 1);
-  run({{&L.q, io.q, n_heads * hd, &L.q_b},
+  const bool gated = cfg.attn_output_gate();  // q_proj rows per head: [hd query | hd gate]
+  run({{&L.q, gated ? io.qg : io.q, (gated ? 2 : 1) * n_heads * hd, &L.q_b},
        {&L.k, io.k, n_kv * hd, &L.k_b},
        {&L.v, io.v, n_kv * hd, &L.v_b}},
       io.h, n, io.split);
+  if (gated)
+    for (int64_t r = 0; r < n * n_heads; ++r) {
+      std::copy_n(io.qg + 2 * r * hd, hd, io.q + r * hd);
+      std::copy_n(io.qg + (2 * r + 1) * hd, hd, io.att_gate + r * hd);
+    }
   if (!L.q_norm.empty()) {  // qwen3
     norm(io.q, L.q_norm, n * n_heads, hd, io.q);
     norm(io.k, L.k_norm, n * n_kv, hd, io.k);
@@ -566,8 +606,9 @@ void FastRuntime::qkv(const FastLayer& L, FastIo& io) const {
 }
 
 void FastRuntime::attn_core(const FastLayer& L, FastIo& io) const {
+  if (L.linear) return lin_core(L, io);
   const int64_t qd = cfg.num_attention_heads * cfg.head_dim;
-  const int64_t kvd = cfg.num_key_value_heads * cfg.head_dim, l = io.l;
+  const int64_t kvd = cfg.num_key_value_heads * cfg.head_dim, l = slot[static_cast<size_t>(io.l)];
   // Where the products go through OpenBLAS, so does prefill attention (the pool spinning
   // beside OpenBLAS's threads would slow both).
   const bool blas = path(std::array<const PackedMatrix*, 3>{&L.q, &L.k, &L.v}, io.n) == Path::kBlas;
@@ -589,9 +630,62 @@ void FastRuntime::attn_core(const FastLayer& L, FastIo& io) const {
 }
 
 void FastRuntime::attn_out(const FastLayer& L, FastIo& io) const {
+  if (L.linear) return lin_out(L, io);
   const int64_t d = cfg.hidden_size;
+  if (cfg.attn_output_gate()) {
+    const int64_t qd = cfg.num_attention_heads * cfg.head_dim;
+    for (int64_t i = 0; i < io.n * qd; ++i) io.att[i] *= 1.0f / (1.0f + std::exp(-io.att_gate[i]));
+  }
   ahead(io, static_cast<size_t>(io.l) * 4 + 2);
   run({{&L.o, io.h, d, &L.o_b}}, io.att, io.n, io.split);
+  add_into(io.x, io.h, io.n * d);
+}
+
+void FastRuntime::lin_in(const FastLayer& L, FastIo& io) const {
+  const int64_t hv = cfg.linear_num_value_heads;
+  ahead(io, static_cast<size_t>(io.l) * 4 + 1);
+  run({{&L.lin_qkv, io.lin_qkv, cfg.linear_conv_dim(), nullptr},
+       {&L.lin_z, io.lin_z, cfg.linear_value_dim(), nullptr},
+       {&L.lin_b, io.lin_b, hv, nullptr},
+       {&L.lin_a, io.lin_a, hv, nullptr}},
+      io.h, io.n, io.split);
+}
+
+// Each sequence through its own conv and delta-rule states (zero when it starts at 0);
+// prefills of delta_chunk+ tokens in chunks (the WY form, through OpenBLAS).
+void FastRuntime::lin_core(const FastLayer& L, FastIo& io) const {
+  const GatedDeltaDims dd{cfg.linear_num_key_heads, cfg.linear_num_value_heads,
+                          cfg.linear_key_head_dim, cfg.linear_value_head_dim};
+  const int64_t K = cfg.linear_conv_kernel_dim, C = dd.conv_dim(), l = slot[size_t(io.l)];
+  for (size_t s = 0; s < io.seqs.size(); ++s) {
+    KvCache& c = *io.seqs[s].cache;
+    const int64_t r0 = io.first[s], n = static_cast<int64_t>(io.seqs[s].tokens.size());
+    float* conv = c.conv.data() + l * conv_size();
+    float* state = c.ssm.data() + l * ssm_size();
+    if (c.n == 0) std::fill_n(conv, conv_size(), 0.0f), std::fill_n(state, ssm_size(), 0.0f);
+    float* qkv = io.lin_qkv + r0 * C;
+    causal_conv1d_silu(L.lin_conv.data(), C, K, conv, qkv, n);
+    const float *b = io.lin_b + r0 * dd.hv, *a = io.lin_a + r0 * dd.hv;
+    float* y = io.att + r0 * dd.value_dim();
+    if (delta_chunk > 1 && n >= delta_chunk) {  // OpenBLAS GEMMs, on its own threads
+      gated_delta_rule(dd, qkv, b, a, L.lin_a_log.data(), L.lin_dt_bias.data(), state, n, y,
+                       delta_chunk);
+    } else {  // token by token (decode): value heads split over the pool
+      gated_delta_normalize_qk(dd, qkv, n);
+      pool->parallel_for(dd.hv, [&](int64_t h0, int64_t h1) {
+        gated_delta_steps(dd, qkv, b, a, L.lin_a_log.data(), L.lin_dt_bias.data(), state, n, y, h0,
+                          h1);
+      });
+    }
+  }
+}
+
+void FastRuntime::lin_out(const FastLayer& L, FastIo& io) const {
+  const int64_t d = cfg.hidden_size, hv = cfg.linear_num_value_heads;
+  gated_rms_norm(io.att, io.lin_z, L.lin_norm.data(), io.n * hv, cfg.linear_value_head_dim,
+                 static_cast<float>(cfg.rms_norm_eps));
+  ahead(io, static_cast<size_t>(io.l) * 4 + 2);
+  run({{&L.lin_out, io.h, d, nullptr}}, io.att, io.n, io.split);
   add_into(io.x, io.h, io.n * d);
 }
 
@@ -618,7 +712,7 @@ void FastRuntime::mlp_out(const FastLayer& L, FastIo& io) const {
 Status FastRuntime::forward(std::span<const SeqStep> seqs) const {
   std::lock_guard<std::mutex> lock(mu);
   const ModelConfig& c = cfg;
-  const int64_t d = c.hidden_size, half = c.head_dim / 2;
+  const int64_t d = c.hidden_size, half = c.rotary_dims() / 2;
   const int64_t qd = c.num_attention_heads * c.head_dim, kvd = c.num_key_value_heads * c.head_dim;
   const int64_t inter = c.intermediate_size, vocab = c.vocab_size;
   FastIo io;
@@ -643,7 +737,14 @@ Status FastRuntime::forward(std::span<const SeqStep> seqs) const {
     return v.data();
   };
   io.x = grow(x, n * d), io.h = grow(h, std::max(n, out_rows) * d);
-  io.q = grow(q, n * qd), io.att = grow(att, n * qd);
+  io.q = grow(q, n * qd), io.att = grow(att, n * std::max(qd, c.linear_value_dim()));
+  if (c.family == Family::kQwen35) {
+    io.qg = grow(qg, 2 * n * qd), io.att_gate = grow(att_gate, n * qd);
+    io.lin_qkv = grow(lin_qkv, n * c.linear_conv_dim());
+    io.lin_z = grow(lin_z, n * c.linear_value_dim());
+    io.lin_b = grow(lin_b, n * c.linear_num_value_heads);
+    io.lin_a = grow(lin_a, n * c.linear_num_value_heads);
+  }
   io.gate = grow(gate, n * inter), io.up = grow(up, n * inter);
   io.k = grow(knew, n * kvd), io.v = grow(vnew, n * kvd);
   float* cs = grow(cos, n * half);

@@ -23,6 +23,10 @@ namespace tq {
 //   16 positions transposed within (attention scores read consecutive positions as vectors and
 //   a block as one contiguous run), and values [layers, capacity, kvd]; f32 in k/v, or f16 bits
 //   in k16/v16.
+// qwen3_5 (kRows): k, v hold only the full-attention layers ([full layers, capacity, kvd]) and
+// conv, ssm the Gated DeltaNet layers' constant-size states, f32 [linear layers, K-1, C] and
+// [linear layers, Hv, dv, dk]; a forward from n == 0 starts them at zero. Going back to an
+// earlier n > 0 is not possible for them (the states hold no history).
 enum class KvLayout : uint8_t { kRows, kFastF32, kFastF16 };
 struct KvCache {
   int64_t capacity = 0;
@@ -30,6 +34,7 @@ struct KvCache {
   KvLayout layout = KvLayout::kRows;
   std::vector<float> k, v;
   std::vector<uint16_t> k16, v16;
+  std::vector<float> conv, ssm;
   void clear() { n = 0; }
   int64_t bytes() const {
     return static_cast<int64_t>((k.size() + v.size()) * sizeof(float) +

@@ -1,9 +1,10 @@
 // One decoder layer's tensors and the order of its stages, shared by every pass: the reference
-// runtime, the fast runtime, GPTQ calibration and sensitivity (llama / qwen2 / qwen3).
+// runtime, the fast runtime, GPTQ calibration and sensitivity (llama / qwen2 / qwen3 / qwen3_5).
 // `M` is how a weight matrix is held: std::vector<float> (f32 passes) or PackedMatrix (fast).
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -15,12 +16,19 @@ namespace tq {
 
 template <typename M>
 struct LayerTensors {
-  std::vector<float> norm_attn, norm_mlp;   // [d]
-  M q, k, v, o;                             // [qd, d], [kvd, d], [kvd, d], [d, qd]
-  M gate, up, down;                         // [inter, d], [inter, d], [d, inter]
-  std::vector<float> q_norm, k_norm;        // [hd] (qwen3), else empty
-  std::vector<float> q_b, k_b, v_b, o_b;    // [qd], [kvd], [kvd], [d] (qwen2), else empty
+  // qwen3_5: a Gated DeltaNet layer (the lin_* fields) instead of attention (q, k, v, o).
+  bool linear = false;
+  std::vector<float> norm_attn, norm_mlp;  // [d]
+  M q, k, v, o;                            // [qd, d] ([2 qd, d] gated), [kvd, d], [kvd, d], [d, qd]
+  M gate, up, down;                        // [inter, d], [inter, d], [d, inter]
+  std::vector<float> q_norm, k_norm;       // [hd] (qwen3), else empty
+  std::vector<float> q_b, k_b, v_b, o_b;   // [qd], [kvd], [kvd], [d] (qwen2), else empty
   std::vector<float> gate_b, up_b, down_b;  // [inter], [inter], [d], else empty
+  // Gated DeltaNet (C = 2·Hk·dk + Hv·dv conv channels, vd = Hv·dv).
+  M lin_qkv, lin_z, lin_b, lin_a, lin_out;    // [C, d], [vd, d], [Hv, d], [Hv, d], [d, vd]
+  std::vector<float> lin_conv;                // [C, K] depthwise kernel (K-1: current token)
+  std::vector<float> lin_dt_bias, lin_a_log;  // [Hv]
+  std::vector<float> lin_norm;                // [dv] gated RMSNorm weight
 };
 
 template <typename M>
@@ -75,6 +83,24 @@ bool with_layer_tensor(Layer& L, TensorRole role, F&& f) {
       return f(L.up_b), true;
     case R::kMlpDownBias:
       return f(L.down_b), true;
+    case R::kLinQkv:
+      return f(L.lin_qkv), true;
+    case R::kLinZ:
+      return f(L.lin_z), true;
+    case R::kLinB:
+      return f(L.lin_b), true;
+    case R::kLinA:
+      return f(L.lin_a), true;
+    case R::kLinOut:
+      return f(L.lin_out), true;
+    case R::kLinConv:
+      return f(L.lin_conv), true;
+    case R::kLinDtBias:
+      return f(L.lin_dt_bias), true;
+    case R::kLinALog:
+      return f(L.lin_a_log), true;
+    case R::kLinNorm:
+      return f(L.lin_norm), true;
     default:
       return false;
   }
@@ -103,18 +129,31 @@ bool with_model_tensor(Model& m, TensorRole role, int64_t layer, F&& f) {
 // The sizes every pass indexes with, checked once (Status) before any pass allocates by them.
 Status check_geometry(const ModelConfig& c);
 
+// A vector loaded as stored becomes what the stages apply: a zero-centred norm w -> 1 + w.
+template <typename T>
+void finish_loaded(const TensorSpec& s, T& field) {
+  if constexpr (std::is_same_v<T, std::vector<float>>)
+    if (s.kind->zero_centred)
+      for (float& w : field) w += 1.0f;
+}
+
 // Fills `m` with every tensor `cfg` implies (expected_tensors): get(spec, field) -> Status loads
 // one into its field (M& or std::vector<float>&). `progress(done, total)` per tensor.
 template <typename M, typename Get, typename Progress>
 Status load_model_tensors(const ModelConfig& cfg, ModelTensors<M>& m, Get&& get,
                           Progress&& progress) {
   m.layers.resize(static_cast<size_t>(cfg.num_hidden_layers));
+  for (int64_t l = 0; l < cfg.num_hidden_layers; ++l)
+    m.layers[static_cast<size_t>(l)].linear = cfg.linear_layer(l);
   const std::vector<TensorSpec> specs = expected_tensors(cfg);
   const int64_t total = static_cast<int64_t>(specs.size());
   for (int64_t i = 0; i < total; ++i) {
     const TensorSpec& s = specs[static_cast<size_t>(i)];
     Status st = ok_status();
-    with_model_tensor(m, s.kind->role, s.layer, [&](auto& field) { st = get(s, field); });
+    with_model_tensor(m, s.kind->role, s.layer, [&](auto& field) {
+      st = get(s, field);
+      if (st.ok()) finish_loaded(s, field);
+    });
     if (!st.ok()) return st;
     if (s.kind->role == TensorRole::kLmHead) m.tied = false;
     if (progress) progress(i + 1, total);
@@ -125,21 +164,29 @@ Status load_model_tensors(const ModelConfig& cfg, ModelTensors<M>& m, Get&& get,
 // The same for one layer's tensors only.
 template <typename M, typename Get>
 Status load_layer_tensors(const ModelConfig& cfg, int64_t layer, LayerTensors<M>& L, Get&& get) {
+  L.linear = cfg.linear_layer(layer);
   for (const TensorSpec& s : expected_tensors(cfg)) {
     if (s.layer != layer) continue;
     Status st = ok_status();
-    with_layer_tensor(L, s.kind->role, [&](auto& field) { st = get(s, field); });
+    with_layer_tensor(L, s.kind->role, [&](auto& field) {
+      st = get(s, field);
+      if (st.ok()) finish_loaded(s, field);
+    });
     if (!st.ok()) return st;
   }
   return ok_status();
 }
 
 // The order of a decoder layer's stages, for every runtime: `step` provides them, `io` is what
-// they read and write (the step's own type).
+// they read and write (the step's own type). The three mixer stages take the layer's kind:
 //   attn_norm  h = rms_norm(x)
-//   qkv        q, k, v = h·W^T (+ b); qwen3's per-head norms; RoPE
-//   attn_core  att = causal attention of q over the keys and values of positions [0, p0 + n)
-//   attn_out   x += att·Wo^T
+//   qkv        attention: q, k, v = h·W^T (+ b); qwen3's per-head norms; RoPE (qwen3_5: q_proj
+//              also gives the output gate, RoPE on the first rotary_dims of each head)
+//              DeltaNet: qkv, z, b, a = h·W^T of in_proj_qkv/z/b/a
+//   attn_core  attention: att = causal attention of q over the keys and values of [0, p0 + n)
+//              DeltaNet: causal conv1d (with its state), SiLU, the gated delta rule (its state)
+//   attn_out   attention: x += (att ⊙ sigmoid(gate) on qwen3_5)·Wo^T
+//              DeltaNet: x += (rms_norm(y)·w ⊙ silu(z))·Wout^T
 //   mlp_norm   h = rms_norm(x)
 //   mlp_act    act = silu(h·Wg^T) * (h·Wu^T)
 //   mlp_out    x += act·Wd^T

@@ -16,6 +16,8 @@ std::string_view family_name(Family f) {
       return "qwen2";
     case Family::kQwen3:
       return "qwen3";
+    case Family::kQwen35:
+      return "qwen3_5";
   }
   return "?";
 }
@@ -134,6 +136,114 @@ Status check_size(const std::string& source, const char* key, int64_t v, int64_t
   return ok_status();
 }
 
+// qwen3_5 as mlx-lm's qwen3_5.py reads it (docs/QWEN35.md): only text_config when there is one,
+// RoPE from rope_parameters alone. What the runtime cannot run is refused naming the field.
+Result<ModelConfig> parse_qwen35_config(const json& top, const std::string& source) {
+  ModelConfig c;
+  c.family = Family::kQwen35;
+  c.model_type = "qwen3_5";
+  const json* tc = Reader(top, source).get("text_config");
+  if (tc && !tc->is_object())
+    return err("{}: 'text_config' must be an object, got {}", source, json_type_name(*tc));
+  const json& j = tc ? *tc : top;
+  Reader r(j, source, tc ? "text_config." : "");
+  auto need = [&](const char* key, int64_t& dst, int64_t max = kMaxDim) -> Status {
+    TQ_TRY(dst, r.req_int(key));
+    if (dst <= 0 || dst > max)
+      return err("{}: '{}' = {} is out of range", source, r.name(key), dst);
+    return ok_status();
+  };
+  auto opt = [&](const char* key, int64_t& dst, int64_t dflt) -> Status {
+    TQ_TRY(auto v, r.opt_int(key));
+    dst = v.value_or(dflt);
+    if (dst <= 0 || dst > kMaxDim)
+      return err("{}: '{}' = {} is out of range", source, r.name(key), dst);
+    return ok_status();
+  };
+  TQ_CHECK_OK(need("hidden_size", c.hidden_size));
+  TQ_CHECK_OK(need("num_hidden_layers", c.num_hidden_layers, kMaxLayers));
+  TQ_CHECK_OK(need("intermediate_size", c.intermediate_size));
+  TQ_CHECK_OK(need("num_attention_heads", c.num_attention_heads));
+  TQ_CHECK_OK(need("num_key_value_heads", c.num_key_value_heads));
+  TQ_CHECK_OK(need("vocab_size", c.vocab_size));
+  TQ_CHECK_OK(need("linear_num_key_heads", c.linear_num_key_heads));
+  TQ_CHECK_OK(need("linear_num_value_heads", c.linear_num_value_heads));
+  TQ_CHECK_OK(need("linear_key_head_dim", c.linear_key_head_dim));
+  TQ_CHECK_OK(need("linear_value_head_dim", c.linear_value_head_dim));
+  TQ_CHECK_OK(opt("linear_conv_kernel_dim", c.linear_conv_kernel_dim, 4));
+  TQ_CHECK_OK(opt("full_attention_interval", c.full_attention_interval, 4));
+  TQ_CHECK_OK(opt("head_dim", c.head_dim, c.hidden_size / c.num_attention_heads));
+  TQ_CHECK_OK(opt("max_position_embeddings", c.max_position_embeddings, 131072));
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    return err("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", source,
+               c.num_attention_heads, c.num_key_value_heads);
+  if (c.linear_num_value_heads % c.linear_num_key_heads != 0)
+    return err("{}: '{}' {} is not a multiple of linear_num_key_heads {}", source,
+               r.name("linear_num_value_heads"), c.linear_num_value_heads, c.linear_num_key_heads);
+  TQ_TRY(auto eps, r.opt_num("rms_norm_eps"));
+  c.rms_norm_eps = eps.value_or(1e-6);
+  if (!(c.rms_norm_eps > 0) || !std::isfinite(c.rms_norm_eps))
+    return err("{}: '{}' must be positive", source, r.name("rms_norm_eps"));
+  TQ_TRY(auto tie, r.opt_bool("tie_word_embeddings"));
+  c.tie_word_embeddings = tie.value_or(false);
+  TQ_TRY(auto bias, r.opt_bool("attention_bias"));
+  if (bias.value_or(false))
+    return err("{}: '{}' is true: qwen3_5 with attention biases is not supported", source,
+               r.name("attention_bias"));
+  TQ_TRY(auto experts, r.opt_int("num_experts"));
+  if (experts.value_or(0) > 0)
+    return err("{}: '{}' = {}: the qwen3_5 mixture of experts is not supported yet", source,
+               r.name("num_experts"), *experts);
+
+  // rope_parameters absent: mlx-lm's default (theta 1e5, factor 0.25); null or empty: the
+  // top-level rope_theta / partial_rotary_factor; an object: its own keys.
+  double theta = 1e5, factor = 0.25;
+  const auto rp = j.find("rope_parameters");
+  const bool rp_given = rp != j.end() && !rp->is_null() && !(rp->is_object() && rp->empty());
+  if (rp_given) {
+    if (!rp->is_object())
+      return err("{}: '{}' must be an object, got {}", source, r.name("rope_parameters"),
+                 json_type_name(*rp));
+    Reader p(*rp, source, r.name("rope_parameters") + ".");
+    TQ_TRY(auto type, p.opt_str("type"));
+    if (!type) {
+      TQ_TRY(type, p.opt_str("rope_type"));
+    }
+    if (type && *type != "default" && *type != "mrope")
+      return err("{}: '{}' '{}' is not supported for qwen3_5 (default, mrope)", source,
+                 p.name("type"), printable(*type));
+    TQ_TRY(auto t, p.opt_num("rope_theta"));
+    TQ_TRY(auto f, p.opt_num("partial_rotary_factor"));
+    theta = t.value_or(theta), factor = f.value_or(factor);
+  } else if (rp != j.end()) {
+    TQ_TRY(auto t, r.opt_num("rope_theta"));
+    TQ_TRY(auto f, r.opt_num("partial_rotary_factor"));
+    theta = t.value_or(theta), factor = f.value_or(factor);
+  }
+  c.rope_theta = theta;
+  if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta))
+    return err("{}: 'rope_theta' must be positive", source);
+  if (!(factor > 0 && factor <= 1))
+    return err("{}: 'partial_rotary_factor' {} is not in (0, 1]", source, factor);
+  c.rope_dims = static_cast<int64_t>(static_cast<double>(c.head_dim) * factor);
+  if (c.rope_dims <= 0 || c.rope_dims % 2 != 0)
+    return err(
+        "{}: rotary dims head_dim {} x partial_rotary_factor {} = {} is not a positive "
+        "even number",
+        source, c.head_dim, factor, c.rope_dims);
+
+  TQ_TRY(auto td, Reader(top, source).opt_str("torch_dtype"));
+  if (!td) {
+    TQ_TRY(td, r.opt_str("torch_dtype"));
+  }
+  if (!td) {
+    TQ_TRY(td, r.opt_str("dtype"));
+  }
+  c.torch_dtype = td.value_or("");
+  TQ_TRY(c.quantization, parse_quantization_config(top, source));
+  return c;
+}
+
 }  // namespace
 
 Result<ModelConfig> parse_model_config(const json& j, const std::string& source) {
@@ -149,9 +259,11 @@ Result<ModelConfig> parse_model_config(const json& j, const std::string& source)
     c.family = Family::kQwen2;
   } else if (c.model_type == "qwen3") {
     c.family = Family::kQwen3;
+  } else if (c.model_type == "qwen3_5") {
+    return parse_qwen35_config(j, source);
   } else {
-    return err("{}: unsupported model_type '{}' (supported: llama, mistral, qwen2, qwen3)", source,
-               printable(c.model_type));
+    return err("{}: unsupported model_type '{}' (supported: llama, mistral, qwen2, qwen3, qwen3_5)",
+               source, printable(c.model_type));
   }
   const bool llama = c.family == Family::kLlama;
   const bool qwen2 = c.family == Family::kQwen2;

@@ -1,5 +1,8 @@
-// The reference runtime: F32Model's weights, the f32 layer step, a row-major f32 KV cache.
+// The reference runtime: F32Model's weights, the f32 layer step, a row-major f32 KV cache
+// (qwen3_5: keys and values of the full-attention layers, the DeltaNet layers' states).
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "base/thread_pool.h"
 #include "kernels/matmul.h"
@@ -12,7 +15,11 @@ namespace {
 
 class ReferenceRuntime final : public Runtime {
  public:
-  explicit ReferenceRuntime(std::unique_ptr<F32Model> m) : m_(std::move(m)) {}
+  explicit ReferenceRuntime(std::unique_ptr<F32Model> m) : m_(std::move(m)) {
+    const ModelConfig& c = m_->config();
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+      slot_.push_back(c.linear_layer(l) ? n_linear_++ : n_full_++);
+  }
 
   // One sequence after the other: the reference is for checking, not throughput.
   Status forward(std::span<const SeqStep> seqs) const override {
@@ -25,14 +32,22 @@ class ReferenceRuntime final : public Runtime {
     const ModelConfig& c = m_->config();
     const int64_t n = static_cast<int64_t>(tokens.size()), d = c.hidden_size;
     const int64_t kvd = c.num_key_value_heads * c.head_dim, cap = cache.capacity;
+    const int64_t conv = conv_size(), ssm = ssm_size();
     std::vector<float> x(static_cast<size_t>(n * d));  // [n, d] residual stream
     m_->embed(tokens, x.data());
     F32Buffers buf;
     F32Io io = buf.bind(c, m_->inv_freq(), x.data(), n, 1, cache.n);
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       // This layer's keys/values [cap, kvd]; qkv writes the new rows straight into the cache.
-      io.k = cache.k.data() + l * cap * kvd;
-      io.v = cache.v.data() + l * cap * kvd;
+      // A DeltaNet layer's states instead.
+      const int64_t slot = slot_[static_cast<size_t>(l)];
+      if (c.linear_layer(l)) {
+        io.conv_state = cache.conv.data() + slot * conv;
+        io.ssm_state = cache.ssm.data() + slot * ssm;
+      } else {
+        io.k = cache.k.data() + slot * cap * kvd;
+        io.v = cache.v.data() + slot * cap * kvd;
+      }
       m_->step().run(m_->tensors().layers[static_cast<size_t>(l)], io);
     }
     cache.n += n;
@@ -45,12 +60,16 @@ class ReferenceRuntime final : public Runtime {
     kv.capacity = std::max<int64_t>(capacity, 0);
     kv.k.assign(cache_size(kv.capacity), 0.0f);
     kv.v.assign(cache_size(kv.capacity), 0.0f);
+    kv.conv.assign(static_cast<size_t>(n_linear_ * conv_size()), 0.0f);
+    kv.ssm.assign(static_cast<size_t>(n_linear_ * ssm_size()), 0.0f);
     return kv;
   }
 
   bool fits(const KvCache& kv) const override {
     return kv.capacity >= 0 && kv.layout == KvLayout::kRows &&
-           kv.k.size() == cache_size(kv.capacity) && kv.v.size() == cache_size(kv.capacity);
+           kv.k.size() == cache_size(kv.capacity) && kv.v.size() == cache_size(kv.capacity) &&
+           kv.conv.size() == static_cast<size_t>(n_linear_ * conv_size()) &&
+           kv.ssm.size() == static_cast<size_t>(n_linear_ * ssm_size());
   }
 
   std::string name() const override { return "reference (" + blas_backend() + ")"; }
@@ -61,23 +80,46 @@ class ReferenceRuntime final : public Runtime {
     uint64_t b = (t.head().size() + static_cast<uint64_t>(m_->config().hidden_size));
     for (const F32Layer& L : t.layers)
       b += L.q.size() + L.k.size() + L.v.size() + L.o.size() + L.gate.size() + L.up.size() +
-           L.down.size();
+           L.down.size() + L.lin_qkv.size() + L.lin_z.size() + L.lin_b.size() + L.lin_a.size() +
+           L.lin_out.size();
     return b * sizeof(float);
   }
 
  private:
   size_t cache_size(int64_t capacity) const {
     const ModelConfig& c = m_->config();
-    return static_cast<size_t>(c.num_hidden_layers * capacity * c.num_key_value_heads * c.head_dim);
+    return static_cast<size_t>(n_full_ * capacity * c.num_key_value_heads * c.head_dim);
+  }
+  int64_t conv_size() const {
+    const ModelConfig& c = m_->config();
+    return (c.linear_conv_kernel_dim - 1) * c.linear_conv_dim();
+  }
+  int64_t ssm_size() const {
+    const ModelConfig& c = m_->config();
+    return c.linear_num_value_heads * c.linear_value_head_dim * c.linear_key_head_dim;
   }
   std::unique_ptr<F32Model> m_;
+  std::vector<int64_t> slot_;  // a layer's index among the layers of its kind
+  int64_t n_full_ = 0, n_linear_ = 0;
 };
 
 }  // namespace
 
+Result<int64_t> delta_chunk_from_env() {
+  const char* e = std::getenv("TQ_DELTA_CHUNK");
+  if (e == nullptr || *e == '\0') return int64_t{32};
+  char* end = nullptr;
+  const long v = std::strtol(e, &end, 10);
+  if (*end != '\0' || v < 0 || v > 4096)
+    return err("TQ_DELTA_CHUNK='{}': not a chunk size in [0, 4096]", e);
+  return int64_t{v};
+}
+
 Result<std::unique_ptr<Runtime>> load_reference_runtime(const ModelSource& src,
                                                         LoadProgress progress) {
   TQ_TRY(std::unique_ptr<F32Model> m, F32Model::load(src, std::move(progress)));
+  TQ_TRY(const int64_t chunk, delta_chunk_from_env());
+  m->set_delta_chunk(chunk, chunk);
   return std::unique_ptr<Runtime>(new ReferenceRuntime(std::move(m)));
 }
 

@@ -8,8 +8,8 @@
 namespace tq {
 
 Result<std::vector<double>> rope_inv_freq(const ModelConfig& cfg) {
-  const int64_t h = cfg.head_dim;
-  if (h <= 0 || h % 2 != 0) return err("head_dim {} is not a positive even number", h);
+  const int64_t h = cfg.rotary_dims();  // qwen3_5: partial rotary, frequencies over those dims
+  if (h <= 0 || h % 2 != 0) return err("rotary dims {} is not a positive even number", h);
   std::string type = cfg.rope_scaling ? cfg.rope_scaling->type : "default";
   if (type != "default" && type != "linear" && type != "llama3")
     return err("rope_scaling type '{}' is not supported by the runtime (default, linear, llama3)",
@@ -47,15 +47,16 @@ void rope_table(const std::vector<double>& inv_freq, int64_t p0, int64_t n, floa
 
 void rope_rows(const ModelConfig& c, const float* cos, const float* sin, int64_t n, int64_t r0,
                int64_t r1, float* q, float* k) {
-  const int64_t hd = c.head_dim, half = hd / 2;
+  const int64_t hd = c.head_dim, rd = c.rotary_dims(), half = rd / 2;
   const int64_t qd = c.num_attention_heads * hd, kvd = c.num_key_value_heads * hd;
   for (int64_t r = r0; r < r1; ++r) {
     const float* cr = cos + (r % n) * half;
     const float* sr = sin + (r % n) * half;
+    // The first rd dims of each head turn; the rest pass through.
     for (int64_t h = 0; h < c.num_attention_heads; ++h)
-      rope_rotate(q + r * qd + h * hd, hd, cr, sr, c.rope_traditional);
+      rope_rotate(q + r * qd + h * hd, rd, cr, sr, c.rope_traditional);
     for (int64_t h = 0; h < c.num_key_value_heads; ++h)
-      rope_rotate(k + r * kvd + h * hd, hd, cr, sr, c.rope_traditional);
+      rope_rotate(k + r * kvd + h * hd, rd, cr, sr, c.rope_traditional);
   }
 }
 

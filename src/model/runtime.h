@@ -29,6 +29,11 @@ class Runtime {
 
 using LoadProgress = std::function<void(int64_t, int64_t)>;
 
+// qwen3_5: Gated DeltaNet calls of this many tokens and more run in chunks of as many (the WY
+// form); shorter ones token by token. TQ_DELTA_CHUNK (0 or 1: always token by token), else 32
+// (fastest of 32/64/128 on Zen 5, bench/README.md).
+Result<int64_t> delta_chunk_from_env();
+
 // `src.config` has passed check_geometry; `inv_freq` are its RoPE frequencies.
 Result<std::unique_ptr<Runtime>> load_reference_runtime(const ModelSource& src,
                                                         LoadProgress progress);

@@ -12,7 +12,8 @@ namespace {
 using R = TensorRole;
 constexpr std::optional<TensorRole> kNoNorm = std::nullopt;
 constexpr When kAll = When::kAlways, kAttnB = When::kAttentionBias, kMlpB = When::kMlpBias,
-               kUntie = When::kUntied, kIgn = When::kIgnored;
+               kUntie = When::kUntied, kIgn = When::kIgnored, kLin = When::kLinear,
+               kFull = When::kFull;
 constexpr ResidualSide kRd = ResidualSide::kReads, kWr = ResidualSide::kWrites,
                        kNoSd = ResidualSide::kNone;
 constexpr Space kRes = Space::kResidual, kVal = Space::kHeadValue, kNo = Space::kNone;
@@ -31,6 +32,16 @@ constexpr Dim kKv[] = {Dim::kKvDim};
 constexpr Dim kI[] = {Dim::kIntermediate};
 constexpr Dim kHd[] = {Dim::kHeadDim};
 constexpr std::span<const Dim> kNoDims;
+// qwen3_5 (G = 2·Q query + gate, C conv channels, Vd = Hv·dv, Hv value heads, Dv = dv).
+constexpr Dim kGH[] = {Dim::kQGateDim, Dim::kHidden};
+constexpr Dim kCH[] = {Dim::kLinConv, Dim::kHidden};
+constexpr Dim kVdH[] = {Dim::kLinValue, Dim::kHidden};
+constexpr Dim kHvH[] = {Dim::kLinVHeads, Dim::kHidden};
+constexpr Dim kHVd[] = {Dim::kHidden, Dim::kLinValue};
+constexpr Dim kConvHf[] = {Dim::kLinConv, Dim::kOne, Dim::kConvK};
+constexpr Dim kConvMlx[] = {Dim::kLinConv, Dim::kConvK, Dim::kOne};
+constexpr Dim kHv[] = {Dim::kLinVHeads};
+constexpr Dim kDv[] = {Dim::kLinVHeadDim};
 
 // One table per family, in model order. Columns: name pattern ("{L}" = layer), role, shape,
 // when present, residual side, row space, column space, norm feeding the input, quantizable.
@@ -98,10 +109,55 @@ constexpr TensorKind kQwen3Table[] = {
   {"lm_head.weight",                    R::kLmHead,      kVH,     kUntie, kRd,   kNo,  kRes, R::kNormFinal, true},
 };
 #undef L
+
+// Qwen3.5 (dense): every layer is either Gated DeltaNet (linear_attn, kLin) or gated full
+// attention (self_attn, kFull); q_proj holds query and gate per head. The v/o head space is
+// not a rotation space here (R2 off: the gate does not commute with a per-head rotation).
+// Two layouts: mlx-lm's (what mlx-lm runs and writes) and Hugging Face's (other prefix,
+// conv1d [C, 1, K], zero-centred norms except linear_attn.norm).
+#define QWEN35_TABLE(P, LM_HEAD, CONV, ZC)                                                                            \
+  {P "embed_tokens.weight",                            R::kEmbed,      kVH,     kAll,   kWr,   kNo,  kRes, kNoNorm,       true},        \
+  {P "layers.{L}.input_layernorm.weight",              R::kNormAttn,   kH,      kAll,   kNoSd, kRes, kNo,  kNoNorm,       false, ZC},   \
+  {P "layers.{L}.linear_attn.in_proj_qkv.weight",      R::kLinQkv,     kCH,     kLin,   kRd,   kNo,  kRes, R::kNormAttn,  true},        \
+  {P "layers.{L}.linear_attn.in_proj_z.weight",        R::kLinZ,       kVdH,    kLin,   kRd,   kNo,  kRes, R::kNormAttn,  true},        \
+  {P "layers.{L}.linear_attn.in_proj_b.weight",        R::kLinB,       kHvH,    kLin,   kRd,   kNo,  kRes, R::kNormAttn,  true},        \
+  {P "layers.{L}.linear_attn.in_proj_a.weight",        R::kLinA,       kHvH,    kLin,   kRd,   kNo,  kRes, R::kNormAttn,  true},        \
+  {P "layers.{L}.linear_attn.conv1d.weight",           R::kLinConv,    CONV,    kLin,   kNoSd, kNo,  kNo,  kNoNorm,       false},       \
+  {P "layers.{L}.linear_attn.dt_bias",                 R::kLinDtBias,  kHv,     kLin,   kNoSd, kNo,  kNo,  kNoNorm,       false},       \
+  {P "layers.{L}.linear_attn.A_log",                   R::kLinALog,    kHv,     kLin,   kNoSd, kNo,  kNo,  kNoNorm,       false, false, true}, \
+  {P "layers.{L}.linear_attn.norm.weight",             R::kLinNorm,    kDv,     kLin,   kNoSd, kNo,  kNo,  kNoNorm,       false},       \
+  {P "layers.{L}.linear_attn.out_proj.weight",         R::kLinOut,     kHVd,    kLin,   kWr,   kRes, kNo,  kNoNorm,       true},        \
+  {P "layers.{L}.self_attn.q_proj.weight",             R::kAttnQ,      kGH,     kFull,  kRd,   kNo,  kRes, R::kNormAttn,  true},        \
+  {P "layers.{L}.self_attn.k_proj.weight",             R::kAttnK,      kKvH,    kFull,  kRd,   kNo,  kRes, R::kNormAttn,  true},        \
+  {P "layers.{L}.self_attn.v_proj.weight",             R::kAttnV,      kKvH,    kFull,  kRd,   kNo,  kRes, R::kNormAttn,  true},        \
+  {P "layers.{L}.self_attn.o_proj.weight",             R::kAttnO,      kHQ,     kFull,  kWr,   kRes, kNo,  kNoNorm,       true},        \
+  {P "layers.{L}.self_attn.q_norm.weight",             R::kQNorm,      kHd,     kFull,  kNoSd, kNo,  kNo,  kNoNorm,       false, ZC},   \
+  {P "layers.{L}.self_attn.k_norm.weight",             R::kKNorm,      kHd,     kFull,  kNoSd, kNo,  kNo,  kNoNorm,       false, ZC},   \
+  {P "layers.{L}.post_attention_layernorm.weight",     R::kNormMlp,    kH,      kAll,   kNoSd, kRes, kNo,  kNoNorm,       false, ZC},   \
+  {P "layers.{L}.mlp.gate_proj.weight",                R::kMlpGate,    kIH,     kAll,   kRd,   kNo,  kRes, R::kNormMlp,   true},        \
+  {P "layers.{L}.mlp.up_proj.weight",                  R::kMlpUp,      kIH,     kAll,   kRd,   kNo,  kRes, R::kNormMlp,   true},        \
+  {P "layers.{L}.mlp.down_proj.weight",                R::kMlpDown,    kHI,     kAll,   kWr,   kRes, kNo,  kNoNorm,       true},        \
+  {P "norm.weight",                                    R::kNormFinal,  kH,      kAll,   kNoSd, kRes, kNo,  kNoNorm,       false, ZC},   \
+  {LM_HEAD,                                            R::kLmHead,     kVH,     kUntie, kRd,   kNo,  kRes, R::kNormFinal, true},
+constexpr TensorKind kQwen35MlxTable[] = {
+  QWEN35_TABLE("language_model.model.", "language_model.lm_head.weight", kConvMlx, false)
+};
+constexpr TensorKind kQwen35HfTable[] = {
+  QWEN35_TABLE("model.language_model.", "lm_head.weight", kConvHf, true)
+};
+#undef QWEN35_TABLE
 // clang-format on
 
-bool row_present(const TensorKind& k, const ModelConfig& c) {
+// Tensors a qwen3_5 Hugging Face checkpoint carries that no pass reads: the MTP head and the
+// vision tower (mlx-lm drops both at load).
+constexpr std::string_view kQwen35Ignored[] = {"mtp.", "model.visual.", "visual.", "vision_tower."};
+
+bool row_present(const TensorKind& k, const ModelConfig& c, int64_t layer) {
   switch (k.when) {
+    case When::kLinear:
+      return layer >= 0 && c.linear_layer(layer);
+    case When::kFull:
+      return layer >= 0 && !c.linear_layer(layer);
     case When::kAlways:
       return true;
     case When::kAttentionBias:
@@ -130,6 +186,20 @@ int64_t dim_value(Dim d, const ModelConfig& c) {
       return c.num_attention_heads * c.head_dim;
     case Dim::kKvDim:
       return c.num_key_value_heads * c.head_dim;
+    case Dim::kQGateDim:
+      return 2 * c.num_attention_heads * c.head_dim;
+    case Dim::kLinConv:
+      return c.linear_conv_dim();
+    case Dim::kLinValue:
+      return c.linear_value_dim();
+    case Dim::kLinVHeads:
+      return c.linear_num_value_heads;
+    case Dim::kLinVHeadDim:
+      return c.linear_value_head_dim;
+    case Dim::kConvK:
+      return c.linear_conv_kernel_dim;
+    case Dim::kOne:
+      return 1;
   }
   return 0;
 }
@@ -148,7 +218,9 @@ std::string_view tensor_role_name(TensorRole r) {
       "mlp_gate",      "mlp_up",        "mlp_down",    "norm_attn",     "norm_mlp",
       "norm_final",    "lm_head",       "q_norm",      "k_norm",        "attn_q_bias",
       "attn_k_bias",   "attn_v_bias",   "attn_o_bias", "mlp_gate_bias", "mlp_up_bias",
-      "mlp_down_bias", "rope_inv_freq",
+      "mlp_down_bias", "rope_inv_freq", "lin_qkv",     "lin_z",         "lin_b",
+      "lin_a",         "lin_conv",      "lin_dt_bias", "lin_a_log",     "lin_norm",
+      "lin_out",
   };
   return kNames[static_cast<size_t>(r)];
 }
@@ -161,14 +233,38 @@ std::span<const TensorKind> family_table(Family f) {
       return kQwen2Table;
     case Family::kQwen3:
       return kQwen3Table;
+    case Family::kQwen35:
+      return kQwen35MlxTable;
   }
   return {};
+}
+
+std::span<const TensorKind> table_for(const ModelConfig& cfg) {
+  if (cfg.family == Family::kQwen35 && cfg.hf_layout) return kQwen35HfTable;
+  return family_table(cfg.family);
 }
 
 std::string tensor_name(const TensorKind& k, int64_t layer) {
   std::string s(k.pattern);
   if (auto p = s.find("{L}"); p != std::string::npos) s.replace(p, 3, std::to_string(layer));
   return s;
+}
+
+const TensorKind* same_tensor(std::span<const TensorKind> table, const TensorKind& k) {
+  for (const TensorKind& r : table)
+    if (r.role == k.role && r.per_layer() == k.per_layer()) return &r;
+  return nullptr;
+}
+
+Status change_layout(const TensorKind& from, const TensorKind& to, const Shape& to_shape,
+                     FloatTensor& t) {
+  if (shape_numel(t.shape) != shape_numel(to_shape))
+    return err("'{}': shape {} cannot be stored as {}", from.pattern, shape_str(t.shape),
+               shape_str(to_shape));
+  t.shape = to_shape;
+  if (from.zero_centred != to.zero_centred)
+    for (float& w : t.data) w += from.zero_centred ? 1.0f : -1.0f;
+  return ok_status();
 }
 
 Shape tensor_shape(const TensorKind& k, const ModelConfig& cfg) {
@@ -178,10 +274,10 @@ Shape tensor_shape(const TensorKind& k, const ModelConfig& cfg) {
 }
 
 std::vector<TensorSpec> expected_tensors(const ModelConfig& cfg) {
-  std::span<const TensorKind> table = family_table(cfg.family);
+  std::span<const TensorKind> table = table_for(cfg);
   std::vector<TensorSpec> out;
   auto emit = [&](const TensorKind& k, int64_t layer) {
-    if (row_present(k, cfg))
+    if (row_present(k, cfg, layer))
       out.push_back({tensor_name(k, layer), tensor_shape(k, cfg), &k, layer});
   };
   // Globals before the first per-layer row, then layer by layer, then the remaining globals.
@@ -197,7 +293,11 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& cfg) {
 }
 
 std::optional<ClassifiedTensor> classify(std::string_view name, Family f) {
-  for (const auto& k : family_table(f)) {
+  return classify(name, family_table(f));
+}
+
+std::optional<ClassifiedTensor> classify(std::string_view name, std::span<const TensorKind> table) {
+  for (const auto& k : table) {
     size_t p = k.pattern.find("{L}");
     if (p == std::string_view::npos) {
       if (name == k.pattern) return ClassifiedTensor{&k, -1};
@@ -228,8 +328,14 @@ TensorCheckReport compare_tensors_with_config(const ModelConfig& cfg, const Tens
   for (const TensorInfo& t : src.tensors()) {
     auto it = expected.find(t.name);
     if (it == expected.end()) {
-      auto c = classify(t.name, cfg.family);
-      if (c && c->kind->when == When::kIgnored) {
+      auto c = classify(t.name, table_for(cfg));
+      const bool family_ignores =
+          cfg.family == Family::kQwen35 &&
+          std::any_of(std::begin(kQwen35Ignored), std::end(kQwen35Ignored),
+                      [&](std::string_view p) { return t.name.starts_with(p); });
+      if (family_ignores) {
+        rep.ignored.push_back(t.name);
+      } else if (c && c->kind->when == When::kIgnored) {
         rep.ignored.push_back(t.name);
       } else if (c && c->kind->when == When::kUntied && cfg.tie_word_embeddings) {
         if (t.mlx_quant)  // sanitize drops only lm_head.weight: scales/biases break the load

@@ -1,7 +1,7 @@
-// The per-family tensor tables (DESIGN.md "The centre of the design"): for llama, qwen2 and
-// qwen3, every tensor name pattern with its role, shape, the spaces its axes live in, the norm
-// that feeds it and whether it may be quantized. Every pass walks these rows; nobody else
-// parses tensor names.
+// The per-family tensor tables (DESIGN.md "The centre of the design"): for llama, qwen2, qwen3
+// and qwen3_5 (two layouts: Hugging Face and mlx-lm's), every tensor name pattern with its role,
+// shape, the spaces its axes live in, the norm that feeds it and whether it may be quantized. Every
+// pass walks these rows; nobody else parses tensor names.
 #pragma once
 
 #include <optional>
@@ -40,7 +40,19 @@ enum class TensorRole : uint8_t {
   kMlpUpBias,
   kMlpDownBias,
   kRopeInvFreq,  // HF buffer some checkpoints carry; never expected, always ignored
+  // qwen3_5 Gated DeltaNet (docs/QWEN35.md): in_proj_qkv/z/b/a, the depthwise conv1d [C, K],
+  // dt_bias, A_log, the gated RMSNorm's weight, out_proj.
+  kLinQkv,
+  kLinZ,
+  kLinB,
+  kLinA,
+  kLinConv,
+  kLinDtBias,
+  kLinALog,
+  kLinNorm,
+  kLinOut,
 };
+constexpr TensorRole kLastTensorRole = TensorRole::kLinOut;
 std::string_view tensor_role_name(TensorRole r);  // "attn_q", "mlp_down_bias", ...
 
 // Which side of the residual stream a tensor touches.
@@ -54,9 +66,25 @@ enum class ResidualSide : uint8_t {
 enum class Space : uint8_t { kNone, kResidual, kHeadValue /* per-head value space (R2) */ };
 
 // Symbolic sizes, resolved against a ModelConfig.
-enum class Dim : uint8_t { kHidden, kVocab, kIntermediate, kHeadDim, kQDim, kKvDim };
-// When a row's tensor exists.
-enum class When : uint8_t { kAlways, kAttentionBias, kMlpBias, kUntied, kIgnored };
+// qwen3_5: kQGateDim = 2·qd (query and gate), kLinConv = C = 2·Hk·dk + Hv·dv, kLinValue = Hv·dv,
+// kLinVHeads = Hv, kLinVHeadDim = dv, kConvK = K, kOne = 1.
+enum class Dim : uint8_t {
+  kHidden,
+  kVocab,
+  kIntermediate,
+  kHeadDim,
+  kQDim,
+  kKvDim,
+  kQGateDim,
+  kLinConv,
+  kLinValue,
+  kLinVHeads,
+  kLinVHeadDim,
+  kConvK,
+  kOne,
+};
+// When a row's tensor exists (kLinear / kFull: in Gated DeltaNet / full-attention layers only).
+enum class When : uint8_t { kAlways, kAttentionBias, kMlpBias, kUntied, kIgnored, kLinear, kFull };
 
 struct TensorKind {
   std::string_view pattern;  // exact HF name; "{L}" stands for the decimal layer index
@@ -68,11 +96,17 @@ struct TensorKind {
   Space col_space;  // space of dim 1 (input features; embedding: residual); kNone for vectors
   std::optional<TensorRole> fed_by;  // the RMSNorm whose output is this matrix's input
   bool quantizable;                  // an MLX QuantizedLinear/QuantizedEmbedding may replace it
+  // Stored as w and applied as 1 + w (qwen3_5's Hugging Face norms); loaders add the 1.
+  bool zero_centred = false;
+  // Stays f32 when written float whatever the output dtype (qwen3_5's A_log, as mlx-lm casts).
+  bool keep_f32 = false;
   bool per_layer() const { return pattern.find("{L}") != std::string_view::npos; }
 };
 
-// The table of one family, in model order (globals first, then one layer's rows, then the rest).
+// The table of one family, in model order (globals first, then one layer's rows, then the rest);
+// qwen3_5's is mlx-lm's layout. table_for(cfg) picks the layout cfg.hf_layout names.
 std::span<const TensorKind> family_table(Family f);
+std::span<const TensorKind> table_for(const ModelConfig& cfg);
 
 // One concrete tensor a config implies.
 struct TensorSpec {
@@ -92,10 +126,19 @@ struct ClassifiedTensor {
 };
 // Matches `name` against the family's table (the layer index is not range-checked).
 std::optional<ClassifiedTensor> classify(std::string_view name, Family f);
+std::optional<ClassifiedTensor> classify(std::string_view name, std::span<const TensorKind> table);
 
 // The HF name of a row at a layer: "model.layers.{L}.mlp.up_proj.weight" -> "...3.mlp...".
 std::string tensor_name(const TensorKind& k, int64_t layer);
 Shape tensor_shape(const TensorKind& k, const ModelConfig& cfg);
+
+// The row of `table` holding the tensor `k` holds in another layout of the same family (the
+// same role), or null.
+const TensorKind* same_tensor(std::span<const TensorKind> table, const TensorKind& k);
+// A tensor read as row `from` stores it, re-expressed as row `to` stores it: the zero-centred
+// shift and the shape (qwen3_5's conv1d [C, 1, K] and [C, K, 1] hold the same bytes).
+Status change_layout(const TensorKind& from, const TensorKind& to, const Shape& to_shape,
+                     FloatTensor& t);
 
 struct TensorCheckReport {
   std::vector<std::string> missing;     // names the config implies but the source lacks

@@ -74,7 +74,7 @@ std::vector<TensorDecl> QuantPlan::stored_tensors() const {
   std::vector<TensorDecl> out;
   for (const auto& e : entries) {
     if (!e.spec) {
-      out.push_back({e.name, dtype, e.shape});
+      out.push_back({e.name, float_dtype(e), e.shape});
       continue;
     }
     const int64_t rows = e.shape[0], cols = e.shape[1];
@@ -100,9 +100,10 @@ std::vector<TensorInfo> QuantPlan::logical_tensors() const {
       t.mlx_quant = *e.spec;
       t.stored_bytes = quantized_bytes(*e.spec, e.shape[0], e.shape[1], dtype);
     } else {
-      t.storage = std::string(dtype_name(dtype));
-      t.stored_dtype = dtype;
-      t.stored_bytes = static_cast<uint64_t>(shape_numel(e.shape)) * dtype_size(dtype);
+      const DType fd = float_dtype(e);
+      t.storage = std::string(dtype_name(fd));
+      t.stored_dtype = fd;
+      t.stored_bytes = static_cast<uint64_t>(shape_numel(e.shape)) * dtype_size(fd);
     }
     out.push_back(std::move(t));
   }

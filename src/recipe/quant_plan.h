@@ -52,6 +52,10 @@ struct QuantPlan {
 
   // The tensors as stored (P.weight U32 + P.scales [+ P.biases] for quantized modules).
   std::vector<TensorDecl> stored_tensors() const;
+  // The dtype a float entry is written in: `dtype`, or f32 for a keep_f32 row (A_log).
+  DType float_dtype(const PlanEntry& e) const {
+    return e.kind != nullptr && e.kind->keep_f32 ? DType::kF32 : dtype;
+  }
   // Logical tensors as a reader of the output lists them (TensorSource::tensors()).
   std::vector<TensorInfo> logical_tensors() const;
   SizeStats size() const;  // exact bytes / params / bpw, mlx-lm's definition

@@ -31,7 +31,7 @@ Result<QuantSpec> spec_from(const json& j, const std::string& where) {
 }
 
 Result<TensorRole> role_from_name(const std::string& name, const std::string& where) {
-  for (int r = 0; r <= static_cast<int>(TensorRole::kRopeInvFreq); ++r)
+  for (int r = 0; r <= static_cast<int>(kLastTensorRole); ++r)
     if (tensor_role_name(static_cast<TensorRole>(r)) == name) return static_cast<TensorRole>(r);
   return err("{}: unknown role '{}'", where, name);
 }

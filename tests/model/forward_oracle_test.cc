@@ -2,10 +2,15 @@
 // loads the model, runs every token window of the job through Transformer::forward (a fresh
 // cache each) and a greedy generation, and writes into TQ_FORWARD_OUT:
 //   logits.f32   the windows' logits, concatenated rows [sum of lengths, vocab], raw f32 LE
-//   result.json  {"vocab", "rows", "generated", "load_s", "prefill_s", "decode_s"}
-// Job: {"windows": [[ids...], ...], "prompt": [ids...], "max_tokens": N} (prompt optional).
+//   result.json  {"vocab", "rows", "generated", "load_s", "prefill_s", "decode_s", "decode_rows"}
+//   decode.f32   the "decode_windows" logits: each window's first "split" tokens in one call,
+//                then one token per call through the cache ([len, vocab] rows per window)
+// Job: {"windows": [[ids...], ...], "prompt": [ids...], "max_tokens": N,
+//       "decode_windows": [[ids...], ...], "split": P, "fast": bool, "f32": bool} (all but
+//       windows optional; "fast" runs the fast runtime, "f32" with f32 activations and cache).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -41,7 +46,10 @@ TEST(ForwardOracle, WritesLogitsAndGreedyTokens) {
   auto t0 = std::chrono::steady_clock::now();
   auto src = open_model(model);
   ASSERT_TRUE(src.ok()) << src.error().message;
-  auto tr = Transformer::load(*src, RuntimeOptions{.reference = true});
+  // "fast": the fast runtime instead of the reference ("f32": f32 activations and KV cache).
+  RuntimeOptions ro{.reference = !job.value("fast", false)};
+  if (job.value("f32", false)) ro.activations = ActPath::kF32, ro.kv_cache = KvType::kF32;
+  auto tr = Transformer::load(*src, ro);
   ASSERT_TRUE(tr.ok()) << tr.error().message;
   const Transformer& t = **tr;
   nlohmann::json res = {{"vocab", t.config().vocab_size}, {"load_s", seconds_since(t0)}};
@@ -65,6 +73,26 @@ TEST(ForwardOracle, WritesLogitsAndGreedyTokens) {
   logits_out.close();
   res["rows"] = rows;
   res["prefill_s"] = prefill_s;
+
+  std::ofstream decode_out(std::string(out) + "/decode.f32", std::ios::binary);
+  std::vector<int64_t> decode_rows;
+  for (const auto& w : job.value("decode_windows", nlohmann::json::array())) {
+    std::vector<int32_t> ids = w.get<std::vector<int32_t>>();
+    const size_t split = std::min<size_t>(job.value("split", 1), ids.size());
+    ASSERT_GE(split, 1u);
+    KvCache cache = t.new_cache(static_cast<int64_t>(ids.size()));
+    std::vector<float> logits(ids.size() * V);
+    Status st = t.forward(std::span(ids).first(split), cache, logits);
+    ASSERT_TRUE(st.ok()) << st.error().message;
+    for (size_t i = split; i < ids.size() && st.ok(); ++i)
+      st = t.forward(std::span(ids).subspan(i, 1), cache, std::span(logits).subspan(i * V, V));
+    ASSERT_TRUE(st.ok()) << st.error().message;
+    decode_out.write(reinterpret_cast<const char*>(logits.data()),
+                     static_cast<std::streamsize>(logits.size() * sizeof(float)));
+    decode_rows.push_back(static_cast<int64_t>(ids.size()));
+  }
+  decode_out.close();
+  res["decode_rows"] = decode_rows;
 
   if (job.contains("prompt")) {
     std::vector<int32_t> prompt = job["prompt"].get<std::vector<int32_t>>();

@@ -119,7 +119,7 @@ TEST(ModelConfig, RejectsUnsupportedOrMissingModelType) {
   j["model_type"] = "gemma3";
   EXPECT_EQ(parse_err(j),
             "cfg/config.json: unsupported model_type 'gemma3' (supported: llama, mistral, qwen2, "
-            "qwen3)");
+            "qwen3, qwen3_5)");
   j.erase("model_type");
   EXPECT_EQ(parse_err(j), "cfg/config.json: missing required key 'model_type'");
   EXPECT_TRUE(contains(parse_err(json::array()), "not a JSON object"));
