@@ -294,15 +294,38 @@ inline void Q4Chunks(const PackedMatrix& w, const uint8_t* const* rp, const S* c
 }
 #endif
 
-// What RowsQ4 does after the 128-code chunks (t: each row's sum so far, 8 lanes; h: the first
-// 64-code half not yet summed): the remaining halves, a last 32-code block, the bias terms.
+// y of R rows (codes at rp[i]; scales and biases at sp[i]/bp[i], G per row, f32 or bf16) for
+// one token of 4-bit codes (see ActQ8::q4 for the activation order). R rows share every load of
+// the activations; pf > 0 prefetches the codes that many bytes ahead. kFp4: mxfp4's E2M1 codes
+// (kFp4u; f32 scales and biases from StripScalesFp4).
 template <int R, bool kFp4, typename S>
-inline void RowsQ4Rest(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
-                       const S* const* bp, const int8_t* q4, const int8_t* r4, const int8_t* q,
-                       const int8_t* rr, const float* d, const float* dv, const float* gsum,
-                       float* out, int64_t pf, __m256* t, int64_t h) {
+inline void RowsQ4(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
+                   const S* const* bp, const int8_t* q4, const int8_t* r4, const int8_t* q,
+                   const int8_t* rr, const float* d, const float* dv, const float* gsum, float* out,
+                   int64_t pf) {
   const int64_t cols = w.cols, full = cols / 128, halves = cols / 64, G = w.groups();
   const int gshift = w.group >= 64 ? Log2(w.group / 64) : 0;
+  __m256 t[R];
+  for (int i = 0; i < R; ++i) t[i] = _mm256_setzero_ps();
+  int64_t h = 0;
+#if HWY_TARGET != HWY_AVX2
+  {
+    __m512 u[R];
+    if (w.group == 32)
+      pf ? Q4Chunks<R, 32, true, kFp4>(w, rp, sp, q4, r4, dv, pf, u)
+         : Q4Chunks<R, 32, false, kFp4>(w, rp, sp, q4, r4, dv, pf, u);
+    else if (w.group == 64)
+      pf ? Q4Chunks<R, 64, true, kFp4>(w, rp, sp, q4, r4, dv, pf, u)
+         : Q4Chunks<R, 64, false, kFp4>(w, rp, sp, q4, r4, dv, pf, u);
+    else
+      pf ? Q4Chunks<R, 0, true, kFp4>(w, rp, sp, q4, r4, dv, pf, u)
+         : Q4Chunks<R, 0, false, kFp4>(w, rp, sp, q4, r4, dv, pf, u);
+#pragma GCC unroll 8
+    for (int i = 0; i < R; ++i)
+      t[i] = _mm256_add_ps(_mm512_castps512_ps256(u[i]), _mm512_extractf32x8_ps(u[i], 1));
+    h = 2 * full;
+  }
+#endif
   for (; h < halves; ++h) {
     const int64_t o = h < 2 * full ? 128 * (h / 2) + 32 * (h % 2) : 64 * h;
     const int64_t oh = h < 2 * full ? o + 64 : o + 32;
@@ -329,111 +352,6 @@ inline void RowsQ4Rest(const PackedMatrix& w, const uint8_t* const* rp, const S*
     out[i] = y + DotF(bp[i], gsum, G);
   }
 }
-
-// y of R rows (codes at rp[i]; scales and biases at sp[i]/bp[i], G per row, f32 or bf16) for
-// one token of 4-bit codes (see ActQ8::q4 for the activation order). R rows share every load of
-// the activations; pf > 0 prefetches the codes that many bytes ahead. kFp4: mxfp4's E2M1 codes
-// (kFp4u; f32 scales and biases from StripScalesFp4).
-template <int R, bool kFp4, typename S>
-inline void RowsQ4(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
-                   const S* const* bp, const int8_t* q4, const int8_t* r4, const int8_t* q,
-                   const int8_t* rr, const float* d, const float* dv, const float* gsum, float* out,
-                   int64_t pf) {
-  __m256 t[R];
-  for (int i = 0; i < R; ++i) t[i] = _mm256_setzero_ps();
-  int64_t h = 0;
-#if HWY_TARGET != HWY_AVX2
-  {
-    const int64_t full = w.cols / 128;
-    __m512 u[R];
-    if (w.group == 32)
-      pf ? Q4Chunks<R, 32, true, kFp4>(w, rp, sp, q4, r4, dv, pf, u)
-         : Q4Chunks<R, 32, false, kFp4>(w, rp, sp, q4, r4, dv, pf, u);
-    else if (w.group == 64)
-      pf ? Q4Chunks<R, 64, true, kFp4>(w, rp, sp, q4, r4, dv, pf, u)
-         : Q4Chunks<R, 64, false, kFp4>(w, rp, sp, q4, r4, dv, pf, u);
-    else
-      pf ? Q4Chunks<R, 0, true, kFp4>(w, rp, sp, q4, r4, dv, pf, u)
-         : Q4Chunks<R, 0, false, kFp4>(w, rp, sp, q4, r4, dv, pf, u);
-#pragma GCC unroll 8
-    for (int i = 0; i < R; ++i)
-      t[i] = _mm256_add_ps(_mm512_castps512_ps256(u[i]), _mm512_extractf32x8_ps(u[i], 1));
-    h = 2 * full;
-  }
-#endif
-  RowsQ4Rest<R, kFp4>(w, rp, sp, bp, q4, r4, q, rr, d, dv, gsum, out, pf, t, h);
-}
-
-#if HWY_TARGET != HWY_AVX2
-// One token's activations as the 4-bit kernels read them.
-struct TokQ4 {
-  const int8_t *q4, *r4, *q, *rr;
-  const float *d, *dv, *gsum;
-};
-
-// Q4Chunks for T tokens at once: each row's codes are loaded, unpacked and their scales formed
-// once for all T, then every token's sum takes exactly the operations Q4Chunks gives it alone
-// (so a token's y does not depend on the tokens beside it). u[t * R + i]: token t, row i.
-template <int R, int T, int kG, bool kPf, bool kFp4, typename S>
-inline void Q4ChunksT(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
-                      const TokQ4* tok, int64_t pf, __m512* u) {
-  const int64_t full = w.cols / 128;
-  const int cshift = w.group >= 128 ? Log2(w.group / 128) : 0;
-  const __m512i m4 = _mm512_set1_epi8(0x0F);
-  const __m512i lut =
-      _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(kFp4u)));
-#pragma GCC unroll 16
-  for (int i = 0; i < R * T; ++i) u[i] = _mm512_setzero_ps();
-  for (int64_t c = 0; c < full; ++c) {
-#pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-      const __m512i v = _mm512_loadu_si512(rp[i] + 64 * c);
-      if constexpr (kPf) Prefetch(rp[i] + 64 * c + pf);
-      __m512i lo = _mm512_and_si512(v, m4);
-      __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-      if constexpr (kFp4) lo = _mm512_shuffle_epi8(lut, lo), hi = _mm512_shuffle_epi8(lut, hi);
-      const __m512 sv = ChunkScales<kG>(sp[i], c, cshift);
-#pragma GCC unroll 4
-      for (int t = 0; t < T; ++t) {
-        const int8_t* q4 = tok[t].q4 + 128 * c;
-        const int8_t* r4 = tok[t].r4 + 128 * c;
-        __m512i acc = DotU8S8(Zero512(), lo, _mm512_loadu_si512(q4));
-        acc = _mm512_slli_epi32(DotU8S8(acc, hi, _mm512_loadu_si512(q4 + 64)), 8);
-        acc = DotU8S8(acc, lo, _mm512_loadu_si512(r4));
-        acc = DotU8S8(acc, hi, _mm512_loadu_si512(r4 + 64));
-        const __m512 dvc = _mm512_loadu_ps(tok[t].dv + 16 * c);
-        u[t * R + i] =
-            _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(dvc, sv), u[t * R + i]);
-      }
-    }
-  }
-}
-
-// RowsQ4 for T tokens (out[t * R + i]); bitwise each token's RowsQ4 result.
-template <int R, int T, bool kFp4, typename S>
-inline void RowsQ4T(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
-                    const S* const* bp, const TokQ4* tok, float* out, int64_t pf) {
-  __m512 u[R * T];
-  if (w.group == 32)
-    pf ? Q4ChunksT<R, T, 32, true, kFp4>(w, rp, sp, tok, pf, u)
-       : Q4ChunksT<R, T, 32, false, kFp4>(w, rp, sp, tok, pf, u);
-  else if (w.group == 64)
-    pf ? Q4ChunksT<R, T, 64, true, kFp4>(w, rp, sp, tok, pf, u)
-       : Q4ChunksT<R, T, 64, false, kFp4>(w, rp, sp, tok, pf, u);
-  else
-    pf ? Q4ChunksT<R, T, 0, true, kFp4>(w, rp, sp, tok, pf, u)
-       : Q4ChunksT<R, T, 0, false, kFp4>(w, rp, sp, tok, pf, u);
-  for (int t = 0; t < T; ++t) {
-    __m256 acc[R];
-    for (int i = 0; i < R; ++i)
-      acc[i] = _mm256_add_ps(_mm512_castps512_ps256(u[t * R + i]),
-                             _mm512_extractf32x8_ps(u[t * R + i], 1));
-    const TokQ4& k = tok[t];
-    RowsQ4Rest<R, kFp4>(w, rp, sp, bp, k.q4, k.r4, k.q, k.rr, k.d, k.dv, k.gsum, out + t * R,
-                        t == 0 ? pf : 0, acc, 2 * (w.cols / 128));
-  }
-}
-#endif
 
 #include "kernels/packed_codes_q8-inl.h"
 
@@ -638,48 +556,7 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
         bpf[i] = sb.data() + i * G;
       }
     }
-    int64_t t0 = 0;
-#if HWY_TARGET != HWY_AVX2
-    // 4-bit codes and two or more tokens: each strip's codes unpacked once for up to four
-    // tokens at a time (RowsQ4T), every token's result as it would be alone.
-    if (nibbles && xq.n >= 2) {
-      auto tok = [&](int64_t t) {
-        return TokQ4{xq.q4.data() + t * cols, xq.r4.data() + t * cols,
-                     xq.q.data() + t * cols,  xq.r.data() + t * cols,
-                     xq.d.data() + t * nb,    xq.dv.data() + t * (cols / 64) * 8,
-                     gsum.data() + t * G};
-      };
-      auto group = [&]<int kT>(int64_t t) {
-        TokQ4 tk[kT];
-        for (int i = 0; i < kT; ++i) tk[i] = tok(t + i);
-        const int64_t pf = t == 0 ? pf_bytes : 0;
-        auto rows = [&]<int kR>(int j) {
-          float out[kR * kT];
-          auto run = [&](auto sp, auto bp) {
-            using S = std::remove_const_t<
-                std::remove_pointer_t<std::remove_const_t<std::remove_pointer_t<decltype(sp)>>>>;
-            if (affine)
-              RowsQ4T<kR, kT, false>(w, rp + j, sp + j, bp + j, tk, out, pf);
-            else if constexpr (std::is_same_v<S, float>)
-              RowsQ4T<kR, kT, true>(w, rp + j, sp + j, bp + j, tk, out, pf);
-          };
-          if (bf16)
-            run(static_cast<const uint16_t* const*>(sph), static_cast<const uint16_t* const*>(bph));
-          else
-            run(static_cast<const float* const*>(spf), static_cast<const float* const*>(bpf));
-          for (int u = 0; u < kT; ++u)
-            for (int i = 0; i < kR; ++i) y[(t + u) * ldy + idx[j + i]] = out[u * kR + i];
-        };
-        int j = 0;
-        for (; j + 4 <= m; j += 4) rows.template operator()<4>(j);
-        for (; j < m; ++j) rows.template operator()<1>(j);
-      };
-      for (; xq.n - t0 >= 4; t0 += 4) group.template operator()<4>(t0);
-      if (xq.n - t0 == 3) group.template operator()<3>(t0), t0 += 3;
-      if (xq.n - t0 == 2) group.template operator()<2>(t0), t0 += 2;
-    }
-#endif
-    for (int64_t t = t0; t < xq.n; ++t) {
+    for (int64_t t = 0; t < xq.n; ++t) {
       const int8_t* q = xq.q.data() + t * cols;
       const int8_t* rr = xq.r.data() + t * cols;
       const float* d = xq.d.data() + t * nb;
