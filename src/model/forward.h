@@ -37,7 +37,7 @@ struct KvCache {
   std::vector<float> conv, ssm;
   void clear() { n = 0; }
   int64_t bytes() const {
-    return static_cast<int64_t>((k.size() + v.size()) * sizeof(float) +
+    return static_cast<int64_t>((k.size() + v.size() + conv.size() + ssm.size()) * sizeof(float) +
                                 (k16.size() + v16.size()) * sizeof(uint16_t));
   }
 };

@@ -120,13 +120,17 @@ class Service {
       TQ_CHECK_OK(model_->forward(ids, warm, logits, /*all_logits=*/false));
     }
     const uint64_t held = std::max(resident_bytes(), peak_resident_bytes());
-    // Each sequence's logits (and the raw copy logprobs take), a choice's fork too; a margin
-    // for the allocator and the HTTP threads.
-    const uint64_t per_seq = uint64_t{2} * sizeof(float) * static_cast<uint64_t>(info_.vocab);
+    // Each sequence's logits (and the raw copy logprobs take) and recurrent state, a choice's
+    // fork too; a margin for the allocator and the HTTP threads.
+    // A sequence's recurrent state (hybrid models: DeltaNet conv and ssm states) is the same
+    // size at every length; the blocks are what grows.
+    const auto state = static_cast<uint64_t>(model_->new_cache(0).bytes());
+    const uint64_t per_seq =
+        uint64_t{2} * sizeof(float) * static_cast<uint64_t>(info_.vocab) + state;
     const uint64_t fixed =
         held + per_seq * static_cast<uint64_t>(o_.scheduler.max_seqs + 8) + (uint64_t{32} << 20);
-    const uint64_t block =
-        static_cast<uint64_t>(std::max<int64_t>(1, model_->new_cache(kKvBlock).bytes()));
+    const uint64_t block = static_cast<uint64_t>(
+        std::max<int64_t>(1, model_->new_cache(kKvBlock).bytes() - static_cast<int64_t>(state)));
     if (budget < fixed + block)
       return err("--memory-budget {} is below what the model needs: {} for weights and scratch",
                  format_bytes(budget), format_bytes(fixed));

@@ -62,8 +62,8 @@ TEST(ServeRequest, ChoicesLogprobsAndEcho) {
   auto e = parse_completion_request(R"({"prompt":"x","echo":true})", Endpoint::kCompletion);
   ASSERT_TRUE(std::holds_alternative<CompletionRequest>(e));
   EXPECT_TRUE(std::get<CompletionRequest>(e).echo);
-  EXPECT_TRUE(ok_chat(R"({"messages":[{"role":"user","content":"x"}],"ignore_eos":true})")
-                  .ignore_eos);
+  EXPECT_TRUE(
+      ok_chat(R"({"messages":[{"role":"user","content":"x"}],"ignore_eos":true})").ignore_eos);
 }
 
 TEST(ServeRequest, ToolsAndToolTurns) {
