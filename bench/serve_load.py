@@ -4,7 +4,9 @@ under bounded concurrency on loopback, the same requests to each, arms alternate
 
 Each level runs REQUESTS streamed completions of a seeded mix of prompt lengths (32-512 tokens
 of plain English words) and output lengths (16-256 tokens, `ignore_eos` so every request
-decodes exactly that many), at most C in flight. Per arm and level it prints aggregate
+decodes exactly that many), at most C in flight. Each level draws its own prompts (the same for
+every arm): llama-server keeps earlier prompts in a host-memory cache, so replaying one set
+would let it skip prefills that tq (no prompt cache yet) has to run. Per arm and level it prints aggregate
 completion tok/s (tokens / wall time), p50/p99 time to first token and p50/p99 inter-token
 latency (gaps between streamed chunks that carry text), and the ratio to the first arm.
 
@@ -161,7 +163,6 @@ def main():
     a = ap.parse_args()
     concs = [int(c) for c in a.conc.split(",")]
     top = max(concs)
-    reqs = workload(a.requests, a.seed)
     arms = {}
     try:
         port = free_port()
@@ -182,8 +183,10 @@ def main():
                                       port, "/health"), None)
         results = []
         for conc in concs:
+            reqs = workload(a.requests, a.seed * 1000 + conc)
+            warm = workload(max(conc, 4), a.seed * 1000 + 999)
             for name, (p, model) in arms.items():  # alternated within each level
-                level(p.port, model, reqs[:max(conc, 4)], conc)  # warm-up
+                level(p.port, model, warm, conc)
                 r = {"arm": name, "concurrency": conc, **level(p.port, model, reqs, conc)}
                 results.append(r)
                 print(json.dumps(r), flush=True)
@@ -194,7 +197,7 @@ def main():
                                str(port)], port, "/v1/models")
             try:
                 r = {"arm": "mlx_lm.server", "concurrency": top,
-                     **level(port, a.mlx, reqs, top)}
+                     **level(port, a.mlx, workload(a.requests, a.seed * 1000 + top), top)}
                 results.append(r)
                 print(json.dumps(r), flush=True)
             finally:
