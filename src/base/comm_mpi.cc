@@ -41,12 +41,7 @@ class MpiComm final : public Comm {
     int rc =
         MPI_Mprobe(source == kAnySource ? MPI_ANY_SOURCE : source, tag, MPI_COMM_WORLD, &msg, &st);
     if (rc != MPI_SUCCESS) return mpi_err("probe", rc);
-    int count = 0;
-    MPI_Get_count(&st, MPI_BYTE, &count);
-    bytes->resize(static_cast<size_t>(count));
-    rc = MPI_Mrecv(bytes->data(), count, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) return mpi_err("receive", rc);
-    return st.MPI_SOURCE;
+    return take(msg, st, bytes);
   }
 
   Result<int> try_recv(int source, int tag, std::vector<uint8_t>* bytes) override {
@@ -57,10 +52,15 @@ class MpiComm final : public Comm {
                          &msg, &st);
     if (rc != MPI_SUCCESS) return mpi_err("probe", rc);
     if (!flag) return -1;
+    return take(msg, st, bytes);
+  }
+
+  // Receives a probed message; returns its source rank.
+  static Result<int> take(MPI_Message& msg, const MPI_Status& st, std::vector<uint8_t>* bytes) {
     int count = 0;
     MPI_Get_count(&st, MPI_BYTE, &count);
     bytes->resize(static_cast<size_t>(count));
-    rc = MPI_Mrecv(bytes->data(), count, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
+    const int rc = MPI_Mrecv(bytes->data(), count, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
     if (rc != MPI_SUCCESS) return mpi_err("receive", rc);
     return st.MPI_SOURCE;
   }

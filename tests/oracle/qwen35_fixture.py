@@ -20,6 +20,9 @@ import sys
 
 import numpy as np
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from test_forward_logits import write_tokenizer  # noqa: E402  (the tiny models' tokenizer)
+
 # Each exercises something: Hv > Hk (GQA in the delta rule), partial rotary (0.25 and 0.5,
 # and rope_parameters absent: mlx-lm's defaults), tied and untied heads, nested text_config
 # and a flat config, full_attention_interval 2 / 4 / 3, conv kernel 4 and 3, both layouts.
@@ -152,17 +155,6 @@ def to_hf(weights: dict) -> dict:
     return out
 
 
-def write_tokenizer(d: pathlib.Path, vocab_size: int):
-    """A word-level tokenizer over the ids, enough for mlx_lm.load / convert."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    vocab = {"<s>": 0, "</s>": 1, "<unk>": 2}
-    vocab.update({f"w{i}": i for i in range(3, vocab_size)})
-    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    tok.save(str(d / "tokenizer.json"))
-    (d / "tokenizer_config.json").write_text(json.dumps(
-        {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>"}))
 
 
 def write_geometry(d: pathlib.Path, geo: dict, seed: int = 0, layout: str | None = None,
