@@ -1,6 +1,7 @@
 // tq generate MODEL -p TEXT: text generation (fast runtime; --reference for the f32 one), streamed
 // to stdout; greedy by default, or sampled (--temp, --top-p, --top-k, --seed). --chat wraps the
-// prompt in the model's chat template. Statistics go to stderr as one final line.
+// prompt in the model's chat template; --lookup / --draft MODEL decode speculatively (the same
+// tokens, fewer target forwards). Statistics go to stderr as one final line.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/runtime_flags.h"
@@ -18,6 +20,7 @@
 #include "model/model_chat.h"
 #include "model/model_source.h"
 #include "model/model_tokenizer.h"
+#include "model/speculate.h"
 
 namespace tq::cli {
 namespace {
@@ -31,6 +34,9 @@ struct GenerateOptions {
   std::string system;
   bool has_system = false;
   bool json = false;
+  bool lookup = false;
+  std::string draft;
+  int spec_k = 8;
   RuntimeOptions runtime;
 };
 
@@ -49,6 +55,45 @@ Result<std::string> prompt_text(const GenerateOptions& o, const ModelSource& m,
   if (o.has_system) messages.push_back({{"role", "system"}, {"content", o.system}});
   messages.push_back({{"role", "user"}, {"content", o.prompt}});
   return prompter->render(messages);
+}
+
+// The proposer --lookup or --draft asks for, or none.
+Result<std::unique_ptr<Speculator>> make_speculator(const GenerateOptions& o,
+                                                    const Transformer& model, const Tokenizer& tok,
+                                                    int64_t capacity) {
+  if (!o.lookup && o.draft.empty()) return std::unique_ptr<Speculator>();
+  if (o.lookup && !o.draft.empty()) return err("--lookup and --draft exclude each other");
+  if (o.spec_k < 1 || o.spec_k > Speculator::kMaxK)
+    return err("--spec-k must be in [1, {}], got {}", Speculator::kMaxK, o.spec_k);
+  TQ_CHECK_OK(check_speculation(model));
+  std::unique_ptr<Proposer> p;
+  if (o.lookup) {
+    p = std::make_unique<LookupProposer>();
+  } else {
+    TQ_TRY(ModelSource d, open_model(o.draft));
+    TQ_TRY(Tokenizer dtok, load_model_tokenizer(d));
+    TQ_TRY(std::unique_ptr<Transformer> dm, Transformer::load(d, o.runtime));
+    auto made = DraftProposer::make(std::move(dm), dtok, model, tok, capacity);
+    if (!made) return err("--draft {}: {}", o.draft, made.error().message);
+    p = std::move(*made);
+  }
+  return std::make_unique<Speculator>(std::move(p), o.spec_k);
+}
+
+nlohmann::json spec_json(const Speculator& s) {
+  const SpecStats& st = s.stats();
+  // Measured step times by positions checked (1: a plain step).
+  nlohmann::json step_ms = nlohmann::json::object();
+  for (size_t m = 1; m < s.step_seconds().size(); ++m)
+    if (s.step_seconds()[m] > 0) step_ms[std::to_string(m)] = s.step_seconds()[m] * 1e3;
+  return {{"proposer", s.proposer().name()},
+          {"steps", st.steps},
+          {"checks", st.checks},
+          {"proposed", st.proposed},
+          {"accepted", st.accepted},
+          {"acceptance", st.acceptance()},
+          {"tokens_per_forward", st.tokens_per_step()},
+          {"step_ms", step_ms}};
 }
 
 void write_out(const std::string& s) {
@@ -76,10 +121,13 @@ Status run_generate(const GenerateOptions& o) {
       return err("{}: prompt token id {} is outside the model's vocabulary ({})", o.model, id,
                  vocab);
   }
+  const int64_t capacity = static_cast<int64_t>(prompt.size()) + o.max_tokens + o.spec_k;
+  TQ_TRY(std::unique_ptr<Speculator> spec, make_speculator(o, *model, tok, capacity));
   const double load_s = seconds_since(t_load);
 
-  KvCache cache = model->new_cache(static_cast<int64_t>(prompt.size()) + o.max_tokens);
-  std::vector<float> logits(static_cast<size_t>(vocab));
+  const int64_t k_max = spec ? o.spec_k : 0;
+  KvCache cache = model->new_cache(capacity);
+  std::vector<float> logits(static_cast<size_t>((k_max + 1) * vocab));
   const auto t_prefill = Clock::now();
   TQ_CHECK_OK(model->forward(prompt, cache, logits, /*all_logits=*/false));
   const double prefill_s = seconds_since(t_prefill);
@@ -90,23 +138,19 @@ Status run_generate(const GenerateOptions& o) {
                        .max_tokens = o.max_tokens,
                        .trim_leading_space = tok.byte_level_decoder()});
   std::string generated_text;
-  int64_t decode_steps = 0;  // forward passes after prefill
+  std::vector<int32_t> history = prompt;
   const auto t_decode = Clock::now();
-  for (;;) {
-    const int32_t next = gen.sample(logits);
-    std::string piece = gen.accept(next);
-    generated_text += piece;
-    if (!o.json) write_out(piece);
-    if (gen.finish() != Finish::kNone) break;  // no forward for a token nobody will sample
-    const int32_t one[1] = {next};
-    TQ_CHECK_OK(model->forward(one, cache, logits, false));
-    ++decode_steps;
-  }
+  TQ_CHECK_OK(
+      decode_loop(*model, cache, gen, &history, logits, spec.get(), [&](std::string_view piece) {
+        generated_text += piece;
+        if (!o.json) write_out(std::string(piece));
+      }));
   const std::string stop = gen.eos_seen() ? "eos" : "max_tokens";
   const double decode_s = seconds_since(t_decode);
   const int64_t n_gen = gen.count();
   const double prefill_tps = prefill_s > 0 ? static_cast<double>(prompt.size()) / prefill_s : 0;
-  const double decode_tps = decode_s > 0 ? static_cast<double>(decode_steps) / decode_s : 0;
+  // Tokens after the first (which prefill gave) per second of decoding.
+  const double decode_tps = decode_s > 0 ? static_cast<double>(n_gen - 1) / decode_s : 0;
   if (o.json) {
     nlohmann::json j = {{"prompt", text},
                         {"prompt_tokens", prompt},
@@ -118,15 +162,23 @@ Status run_generate(const GenerateOptions& o) {
                         {"decode_tok_s", decode_tps},
                         {"runtime", model->runtime_name()},
                         {"cpu", eval::cpu_json(cpu_info())}};
+    if (spec) j["speculation"] = spec_json(*spec);
     write_out(j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
   } else {
     write_out("\n");
   }
+  std::string spec_line;
+  if (spec) {
+    const SpecStats& st = spec->stats();
+    spec_line =
+        fmt::format(" | {}: {}/{} proposals accepted, {:.2f} tokens per forward",
+                    spec->proposer().name(), st.accepted, st.proposed, st.tokens_per_step());
+  }
   std::fprintf(stderr,
                "tq generate: prompt %zu tokens, %.1f tok/s | generated %lld tokens, %.1f tok/s | "
-               "stop: %s | load %.2f s\n",
+               "stop: %s | load %.2f s%s\n",
                prompt.size(), prefill_tps, static_cast<long long>(n_gen), decode_tps, stop.c_str(),
-               load_s);
+               load_s, spec_line.c_str());
   return ok_status();
 }
 
@@ -153,6 +205,13 @@ const bool kRegistered = register_verb(
            ->each([o](const std::string&) { o->has_system = true; });
        app.add_flag("--json", o->json,
                     "print one JSON object (prompt, token ids, text, speeds) instead of streaming");
+       app.add_flag("--lookup", o->lookup,
+                    "speculate with prompt lookup: n-grams of the text so far propose the next "
+                    "tokens (the same output, fewer forwards)");
+       app.add_option("--draft", o->draft,
+                      "speculate with this draft model (same vocabulary; e.g. a 3-bit convert)");
+       app.add_option("--spec-k", o->spec_k, "most proposals one step checks (adapted below it)")
+           ->default_val(8);
        add_runtime_flags(app, &o->runtime);
        return [o] { return run_generate(*o); };
      }});

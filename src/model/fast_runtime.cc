@@ -79,7 +79,9 @@ void add_into(float* x, const float* y, int64_t n) {
 // What one forward call's stages read and write (the fast step's io of run_layer).
 struct FastIo {
   int64_t l = 0, n = 0;  // layer; rows of all sequences
-  int64_t split = 0;     // rows of one-token sequences, which come first
+  // Rows on the per-token kernels, which come first: per_token sequences, and with
+  // batch_invariant the one-token ones too.
+  int64_t split = 0;
   std::span<const SeqStep> seqs;
   std::vector<int64_t> first;  // row of each sequence's first token
   float *x, *h, *q, *k, *v, *att, *gate, *up;
@@ -152,8 +154,8 @@ class FastRuntime final : public Runtime {
   int64_t ssm_size() const {
     return cfg.linear_num_value_heads * cfg.linear_value_head_dim * cfg.linear_key_head_dim;
   }
-  // With batch_invariant, rows [0, split) take the per-token kernels and [split, n) the batch
-  // kernels whatever n is (the forward call puts its one-token sequences first).
+  // Rows [0, split) take the per-token kernels (FastIo::split); [split, n) the batch kernels
+  // with batch_invariant, else the kernels their count picks.
   void run(std::initializer_list<MatJob> jobs, const float* xin, int64_t n,
            int64_t split = 0) const;
   void run_blas(std::initializer_list<MatJob> jobs, const float* xin, int64_t n) const;
@@ -272,7 +274,7 @@ void FastRuntime::run(std::initializer_list<MatJob> jobs, const float* xin, int6
                       int64_t split) const {
   std::vector<const PackedMatrix*> ws;
   for (const MatJob& j : jobs) ws.push_back(j.w);
-  const Path p = path(ws, n);
+  const Path p = split > 0 ? Path::kKernels : path(ws, n);
   if (p == Path::kBlas) return run_blas(jobs, xin, n);
   if (p == Path::kAmx) {
     // x quantized to tiles by token ranges, then rows split in multiples of the tile height.
@@ -289,10 +291,10 @@ void FastRuntime::run(std::initializer_list<MatJob> jobs, const float* xin, int6
   bool q8 = false;
   if (opts.activations != ActPath::kF32)
     for (const MatJob& j : jobs) q8 |= packed_q8_supported(*j.w);
-  // Two groups of rows, each with its kernel choice: all rows by their count, or with
-  // batch_invariant the one-token sequences' rows per token and the others on the batch kernels.
+  // Two groups of rows, each with its kernel choice: [0, split) per token, the others by their
+  // count, or with batch_invariant on the batch kernels.
   const bool inv = opts.batch_invariant;
-  const int64_t cols = jobs.begin()->w->cols, s = inv ? split : 0, rest = n - s;
+  const int64_t cols = jobs.begin()->w->cols, s = split, rest = n - s;
   const BatchKernel first = BatchKernel::kPerToken;
   const BatchKernel second = inv ? BatchKernel::kTiles : BatchKernel::kAuto;
   if (q8 && s > 0) quantize_act_q8(xin, s, cols, &xq2);
@@ -611,7 +613,8 @@ void FastRuntime::attn_core(const FastLayer& L, FastIo& io) const {
   const int64_t kvd = cfg.num_key_value_heads * cfg.head_dim, l = slot[static_cast<size_t>(io.l)];
   // Where the products go through OpenBLAS, so does prefill attention (the pool spinning
   // beside OpenBLAS's threads would slow both).
-  const bool blas = path(std::array<const PackedMatrix*, 3>{&L.q, &L.k, &L.v}, io.n) == Path::kBlas;
+  const bool blas = io.split == 0 &&
+                    path(std::array<const PackedMatrix*, 3>{&L.q, &L.k, &L.v}, io.n) == Path::kBlas;
   // Each sequence over its own cache.
   for (size_t s = 0; s < io.seqs.size(); ++s) {
     KvCache& c = *io.seqs[s].cache;
@@ -620,12 +623,17 @@ void FastRuntime::attn_core(const FastLayer& L, FastIo& io) const {
     const float *kn = io.k + r0 * kvd, *vn = io.v + r0 * kvd, *q = io.q + r0 * qd;
     float* att = io.att + r0 * qd;
     const bool b = blas && n >= kBlockAttnMinTokens;
-    if (c.layout == KvLayout::kFastF16)
-      attention(c.k16.data() + l * kvd * ks, c.v16.data() + l * cap * kvd, ks, kn, vn, q, n, c.n, b,
-                att);
-    else
-      attention(c.k.data() + l * kvd * ks, c.v.data() + l * cap * kvd, ks, kn, vn, q, n, c.n, b,
-                att);
+    // per_token: one query per call, as decoding them one at a time splits the positions.
+    const int64_t calls = io.seqs[s].per_token ? n : 1, m = n / calls;
+    for (int64_t i = 0; i < calls; ++i) {
+      const int64_t o = i * m;
+      if (c.layout == KvLayout::kFastF16)
+        attention(c.k16.data() + l * kvd * ks, c.v16.data() + l * cap * kvd, ks, kn + o * kvd,
+                  vn + o * kvd, q + o * qd, m, c.n + o, b, att + o * qd);
+      else
+        attention(c.k.data() + l * kvd * ks, c.v.data() + l * cap * kvd, ks, kn + o * kvd,
+                  vn + o * kvd, q + o * qd, m, c.n + o, b, att + o * qd);
+    }
   }
 }
 
@@ -667,7 +675,7 @@ void FastRuntime::lin_core(const FastLayer& L, FastIo& io) const {
     causal_conv1d_silu(L.lin_conv.data(), C, K, conv, qkv, n);
     const float *b = io.lin_b + r0 * dd.hv, *a = io.lin_a + r0 * dd.hv;
     float* y = io.att + r0 * dd.value_dim();
-    if (delta_chunk > 1 && n >= delta_chunk) {  // OpenBLAS GEMMs, on its own threads
+    if (delta_chunk > 1 && n >= delta_chunk && !io.seqs[s].per_token) {  // OpenBLAS GEMMs
       gated_delta_rule(dd, qkv, b, a, L.lin_a_log.data(), L.lin_dt_bias.data(), state, n, y,
                        delta_chunk);
     } else {  // token by token (decode): value heads split over the pool
@@ -717,17 +725,21 @@ Status FastRuntime::forward(std::span<const SeqStep> seqs) const {
   const int64_t inter = c.intermediate_size, vocab = c.vocab_size;
   FastIo io;
   io.seqs = seqs;
-  // Rows: the one-token sequences first (io.split of them), then the others, each in call order.
+  // Rows: those on the per-token kernels first (io.split of them), then the others, each in
+  // call order.
   auto ntok = [&](size_t s) { return static_cast<int64_t>(seqs[s].tokens.size()); };
   auto head_rows = [&](size_t s) { return seqs[s].all_logits ? ntok(s) : 1; };
+  auto per_token = [&](size_t s, int64_t rows) {
+    return seqs[s].per_token || (opts.batch_invariant && rows == 1);
+  };
   io.first.assign(seqs.size(), 0);
   int64_t out_rows = 0;
-  for (const bool single : {true, false})
+  for (const bool first : {true, false})
     for (size_t s = 0; s < seqs.size(); ++s) {
-      if ((ntok(s) == 1) != single) continue;
+      if (per_token(s, ntok(s)) != first) continue;
       io.first[s] = io.n;
       io.n += ntok(s);
-      if (single) io.split = io.n;
+      if (first) io.split = io.n;
     }
   for (size_t s = 0; s < seqs.size(); ++s) out_rows += head_rows(s);
   const int64_t n = io.n;
@@ -764,12 +776,12 @@ Status FastRuntime::forward(std::span<const SeqStep> seqs) const {
   // product for all of them.
   std::vector<int64_t> at(seqs.size());  // each sequence's first row among them
   int64_t head_split = 0, o = 0;
-  for (const bool single : {true, false})
+  for (const bool first : {true, false})
     for (size_t s = 0; s < seqs.size(); ++s) {
-      if ((head_rows(s) == 1) != single) continue;
+      if (per_token(s, head_rows(s)) != first) continue;
       at[s] = o;
       o += head_rows(s);
-      if (single) head_split = o;
+      if (first) head_split = o;
     }
   float* xs = io.x;
   if (out_rows != n || seqs.size() > 1) {

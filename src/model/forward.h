@@ -57,6 +57,10 @@ struct SeqStep {
   KvCache* cache = nullptr;
   std::span<float> logits;
   bool all_logits = false;
+  // Fast runtime: every token through the decode path (per-token kernels, attention one query
+  // at a time), so each row's logits have the bits of feeding the tokens one call at a time
+  // (speculative verification); the weights are still read once for all of them.
+  bool per_token = false;
 };
 
 struct RuntimeOptions {

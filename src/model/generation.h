@@ -57,6 +57,7 @@ class Generation {
   bool eos_seen() const { return eos_seen_; }
   const std::vector<int32_t>& tokens() const { return decoder_.tokens(); }
   int64_t count() const { return static_cast<int64_t>(decoder_.tokens().size()); }
+  int64_t max_tokens() const { return o_.max_tokens; }
 
  private:
   GenerationOptions o_;

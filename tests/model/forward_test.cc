@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../testing/test_files.h"
+#include "../testing/tiny_models.h"
 #include "formats/mlx_encode.h"
 #include "io/safetensors.h"
 #include "kernels/attention.h"
@@ -21,13 +22,10 @@
 namespace tq {
 namespace {
 
-std::vector<float> randn(size_t n, uint32_t seed, float sd = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using testing::randn;
+using testing::tiny_json;
+using testing::write_tiny_model;
+using testing::write_tiny_q4_model;
 
 double max_abs_diff(std::span<const float> a, std::span<const float> b) {
   double m = 0;
@@ -244,52 +242,6 @@ TEST(Kernels, CausalAttentionMatchesNaiveReference) {
   }
 }
 
-// A tiny float HF checkpoint of `cfg_json` with seeded weights and one outlier channel.
-std::string write_tiny_model(const testing::TempDir& dir, const nlohmann::json& cfg_json) {
-  auto cfg = parse_model_config(cfg_json, "config.json");
-  EXPECT_TRUE(cfg.ok()) << cfg.error().message;
-  std::vector<TensorSpec> specs = expected_tensors(*cfg);
-  std::vector<TensorDecl> decls;
-  for (const auto& s : specs) decls.push_back({s.name, DType::kF32, s.shape});
-  auto w = ShardedWriter::create(dir.path(), decls, {});
-  EXPECT_TRUE(w.ok()) << w.error().message;
-  uint32_t seed = 100;
-  for (const auto& s : specs) {
-    std::vector<float> v = randn(shape_numel(s.shape), seed++, 0.2f);
-    if (s.shape.size() == 1 && s.name.find("norm") != std::string::npos)
-      for (auto& x : v) x = 1.0f + 0.5f * x;
-    if (s.kind->role == TensorRole::kMlpUp)
-      for (int64_t r = 0; r < s.shape[0]; ++r) v[r * s.shape[1] + 3] *= 20.0f;
-    EXPECT_TRUE((*w)->write(s.name, testing::as_bytes(v)).ok());
-  }
-  EXPECT_TRUE((*w)->finish().ok());
-  testing::write_file(dir.file("config.json"), cfg_json.dump());
-  return dir.path();
-}
-
-nlohmann::json tiny_json(const std::string& type) {
-  nlohmann::json j = {{"model_type", type},
-                      {"hidden_size", 48},
-                      {"num_hidden_layers", 2},
-                      {"intermediate_size", 80},
-                      {"num_attention_heads", 6},
-                      {"num_key_value_heads", 2},
-                      {"head_dim", 8},
-                      {"rms_norm_eps", 1e-5},
-                      {"vocab_size", 70},
-                      {"max_position_embeddings", 256},
-                      {"rope_theta", 10000.0},
-                      {"tie_word_embeddings", type != "llama"}};
-  if (type == "llama")
-    j["rope_scaling"] = {{"rope_type", "llama3"},
-                         {"factor", 8.0},
-                         {"low_freq_factor", 1.0},
-                         {"high_freq_factor", 4.0},
-                         {"original_max_position_embeddings", 32}};
-  if (type == "qwen2") j.erase("head_dim");
-  return j;
-}
-
 class TinyForward : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(TinyForward, PrefillEqualsTokenByTokenDecode) {
@@ -465,46 +417,6 @@ TEST_P(TinyForward, BatchOfSequencesEqualsEachAlone) {
   }
 }
 
-// A 4-bit g64 MLX checkpoint of a tiny `type` model (linear layers quantized, the embedding f32).
-std::string write_tiny_q4_model(const testing::TempDir& dir, const std::string& type) {
-  nlohmann::json j = tiny_json(type);
-  j["hidden_size"] = 64, j["intermediate_size"] = 128, j["num_attention_heads"] = 4;
-  j["head_dim"] = 16, j["quantization"] = {{"group_size", 64}, {"bits", 4}};
-  auto cfg = parse_model_config(j, "config.json");
-  EXPECT_TRUE(cfg.ok()) << cfg.error().message;
-  struct Out {
-    TensorDecl decl;
-    std::vector<uint8_t> bytes;
-  };
-  std::vector<Out> outs;
-  uint32_t seed = 300;
-  for (const auto& s : expected_tensors(*cfg)) {
-    std::vector<float> v = randn(shape_numel(s.shape), seed++, 0.2f);
-    if (s.shape.size() == 1 && s.name.find("norm") != std::string::npos)
-      for (auto& x : v) x = 1.0f + 0.5f * x;
-    const bool linear = s.shape.size() == 2 && s.kind->role != TensorRole::kEmbed;
-    if (!linear) {
-      outs.push_back({{s.name, DType::kF32, s.shape}, encode_from_f32(v, DType::kF32)});
-      continue;
-    }
-    std::vector<uint8_t> q, sc, b;
-    EXPECT_TRUE(
-        quantize_mlx(QuantSpec{}, s.shape[0], s.shape[1], v, DType::kF32, &q, &sc, &b).ok());
-    const std::string p = s.name.substr(0, s.name.size() - 7);
-    outs.push_back({{s.name, DType::kU32, {s.shape[0], s.shape[1] / 8}}, q});
-    outs.push_back({{p + ".scales", DType::kF32, {s.shape[0], s.shape[1] / 64}}, sc});
-    outs.push_back({{p + ".biases", DType::kF32, {s.shape[0], s.shape[1] / 64}}, b});
-  }
-  std::vector<TensorDecl> decls;
-  for (const Out& o : outs) decls.push_back(o.decl);
-  auto w = ShardedWriter::create(dir.path(), decls, {});
-  EXPECT_TRUE(w.ok()) << w.error().message;
-  for (const Out& o : outs) EXPECT_TRUE((*w)->write(o.decl.name, o.bytes).ok());
-  EXPECT_TRUE((*w)->finish().ok());
-  testing::write_file(dir.file("config.json"), j.dump());
-  return dir.path();
-}
-
 // batch_invariant: decode steps of several sequences and a prefill in one call give each the
 // very bits it gets alone (one-token rows on the per-token kernels, the others on the tiles,
 // whatever the batch), on a 4-bit model.
@@ -544,6 +456,45 @@ TEST_P(TinyForward, BatchInvariantDecodeIsBitIdenticalToAlone) {
     for (int s = 0; s < nseq; ++s) EXPECT_EQ(want[s], got[s]) << "sequence " << s;
     EXPECT_EQ(pwant, pgot) << "prefill";
   }
+}
+
+// per_token: a call over several tokens gives each row the bits of feeding the tokens one call
+// at a time (speculative checks rely on it), alone or beside other sequences, on both caches.
+TEST_P(TinyForward, PerTokenCallIsBitIdenticalToOneAtATime) {
+  testing::TempDir dir;
+  auto src = open_model(write_tiny_q4_model(dir, GetParam()));
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  for (const bool inv : {false, true})
+    for (const KvType kv : {KvType::kF16, KvType::kF32}) {
+      SCOPED_TRACE(std::string(inv ? "batch invariant, " : "") +
+                   (kv == KvType::kF16 ? "f16 cache" : "f32 cache"));
+      auto t = Transformer::load(
+          *src, RuntimeOptions{.threads = 2, .kv_cache = kv, .batch_invariant = inv});
+      ASSERT_TRUE(t.ok()) << t.error().message;
+      const int64_t V = (*t)->config().vocab_size;
+      // Over 64 positions, so decode attention splits the positions into ranges.
+      std::vector<int32_t> prompt(90);
+      for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 29 + 1) % V);
+      const std::vector<int32_t> next = {7, 1, 30, 2, 11, 13};
+      std::vector<float> lg(prompt.size() * V);
+      KvCache one = (*t)->new_cache(128), all = (*t)->new_cache(128), other = (*t)->new_cache(128);
+      for (KvCache* c : {&one, &all, &other}) ASSERT_TRUE((*t)->forward(prompt, *c, lg).ok());
+      std::vector<float> want(next.size() * V), got(want.size()), side(V);
+      for (size_t i = 0; i < next.size(); ++i)
+        ASSERT_TRUE(
+            (*t)->forward(std::span(&next[i], 1), one, std::span(want).subspan(i * V, V), false)
+                .ok());
+      // Beside a one-token decode and after it in the call, so the row order is exercised.
+      const int32_t tok = 4;
+      const SeqStep steps[2] = {{std::span(&tok, 1), &other, side, false},
+                                {next, &all, got, true, /*per_token=*/true}};
+      ASSERT_TRUE((*t)->forward_batch(steps).ok());
+      EXPECT_EQ(all.n, one.n);
+      for (size_t i = 0; i < next.size(); ++i)
+        EXPECT_EQ(std::vector<float>(want.begin() + i * V, want.begin() + (i + 1) * V),
+                  std::vector<float>(got.begin() + i * V, got.begin() + (i + 1) * V))
+            << "token " << i;
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, TinyForward, ::testing::Values("llama", "qwen2", "qwen3"));

@@ -187,3 +187,57 @@ def test_bad_requests(smollm2, broken_dirs):
     one_line_error(run_tq("generate", smollm2, "-p", "hi", "--temp", -1), "--temp")
     one_line_error(run_tq("generate", smollm2, "-p", "hi", "--max-tokens", 0), "--max-tokens")
     one_line_error(run_tq("generate", smollm2, "-p", ""), "empty")
+
+
+@pytest.fixture(scope="module")
+def draft_3bit(smollm2, tmp_path_factory):
+    out = tmp_path_factory.mktemp("draft") / "smollm2-3bit"
+    r = run_tq("convert", smollm2, "-o", out, "--bits", 3, "--no-db")
+    assert r.returncode == 0, r.stderr.decode()
+    return out
+
+
+SPEC_PROMPTS = [
+    "def add(a, b):\n    return a + b\n\ndef sub(a, b):\n    return a - b\n\ndef mul(a, b):\n",
+    "Names: Ada Lovelace, Alan Turing, Grace Hopper. Repeat the names: Ada Lovelace,",
+    "The history of the printing press begins",
+]
+
+
+@pytest.mark.parametrize("prompt", SPEC_PROMPTS)
+def test_speculation_gives_plain_tokens(prompt, smollm2, draft_3bit):
+    plain = tq_generate_json(smollm2, prompt, "--max-tokens", 48)
+    look = tq_generate_json(smollm2, prompt, "--max-tokens", 48, "--lookup")
+    draft = tq_generate_json(smollm2, prompt, "--max-tokens", 48, "--draft", draft_3bit,
+                             "--spec-k", 4)
+    assert look["tokens"] == plain["tokens"] and look["text"] == plain["text"]
+    assert draft["tokens"] == plain["tokens"]
+    s = draft["speculation"]
+    assert s["proposer"] == "draft" and s["proposed"] > 0 and s["accepted"] > 0
+    assert s["steps"] < len(plain["tokens"])  # fewer target forwards than tokens
+    # Seeded sampling: the same draws, so the same tokens.
+    flags = ["--max-tokens", 32, "--temp", 0.8, "--top-p", 0.95, "--seed", 3]
+    assert (tq_generate_json(smollm2, prompt, *flags, "--lookup")["tokens"] ==
+            tq_generate_json(smollm2, prompt, *flags)["tokens"])
+
+
+def test_speculation_bad_flags(smollm2, draft_3bit, tmp_path):
+    one_line_error(run_tq("generate", smollm2, "-p", "hi", "--lookup", "--draft", draft_3bit),
+                   "exclude each other")
+    one_line_error(run_tq("generate", smollm2, "-p", "hi", "--lookup", "--spec-k", 0), "--spec-k")
+    one_line_error(run_tq("generate", smollm2, "-p", "hi", "--lookup", "--reference"),
+                   "fast runtime")
+    one_line_error(run_tq("generate", smollm2, "-p", "hi", "--draft", tmp_path / "none"),
+                   str(tmp_path / "none"))
+    other = tmp_path / "other"  # another tokenizer: refused
+    other.mkdir()
+    for f in smollm2.iterdir():
+        if f.name != "tokenizer.json":
+            (other / f.name).symlink_to(f)
+    tok = json.loads((smollm2 / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    a, b = next(k for k, v in vocab.items() if v == 100), next(k for k, v in vocab.items() if v == 101)
+    vocab[a], vocab[b] = 101, 100
+    (other / "tokenizer.json").write_text(json.dumps(tok))
+    one_line_error(run_tq("generate", smollm2, "-p", "hi", "--draft", other), "vocabulary",
+                   "token 100")

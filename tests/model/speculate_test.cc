@@ -1,0 +1,204 @@
+#include "model/speculate.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "../testing/tiny_models.h"
+#include "model/model_source.h"
+
+namespace tq {
+namespace {
+
+std::vector<int32_t> propose(LookupProposer& p, const std::vector<int32_t>& h, int k) {
+  auto r = p.propose(h, k);
+  EXPECT_TRUE(r.ok());
+  return r.ok() ? *r : std::vector<int32_t>();
+}
+
+TEST(LookupProposer, ProposesWhatFollowedTheLatestLongestMatch) {
+  LookupProposer p(2, 4);
+  // "1 2 3 4 5 ... 1 2 3" -> "4 5" follows the earlier 1 2 3.
+  EXPECT_EQ(propose(p, {1, 2, 3, 4, 5, 9, 1, 2, 3}, 2), (std::vector<int32_t>{4, 5}));
+  // Capped by k and by the end of the history.
+  EXPECT_EQ(propose(p, {1, 2, 3, 4, 5, 9, 1, 2, 3}, 8), (std::vector<int32_t>{4, 5, 9, 1, 2, 3}));
+  // The latest occurrence wins: "7 8" was followed by 1 then by 2.
+  EXPECT_EQ(propose(p, {7, 8, 1, 7, 8, 2, 7, 8}, 1), (std::vector<int32_t>{2}));
+  // A longer match beats a later shorter one: "5 7 8" occurred once, followed by 3.
+  EXPECT_EQ(propose(p, {5, 7, 8, 3, 7, 8, 4, 5, 7, 8}, 1), (std::vector<int32_t>{3}));
+  // No n-gram of min length repeated: nothing; a single repeated token is below min_ngram.
+  EXPECT_TRUE(propose(p, {1, 2, 3, 4, 1}, 4).empty());
+  EXPECT_TRUE(propose(p, {}, 4).empty());
+  EXPECT_TRUE(propose(p, {1, 2, 1, 2}, 0).empty());
+  // A run repeats itself.
+  EXPECT_EQ(propose(p, {6, 6, 6, 6}, 3), (std::vector<int32_t>{6}));
+}
+
+// A proposer that always offers the same tokens, to drive the Speculator.
+class Fixed final : public Proposer {
+ public:
+  Result<std::vector<int32_t>> propose(std::span<const int32_t>, int k) override {
+    return std::vector<int32_t>(static_cast<size_t>(k), 1);
+  }
+  std::string name() const override { return "fixed"; }
+};
+
+int run_steps(Speculator& s, int steps, double accept_rate, double base, double per_pos) {
+  int last = 0;
+  const std::vector<int32_t> h = {1, 2, 3};
+  for (int i = 0; i < steps; ++i) {
+    auto p = s.next(h, 100);
+    EXPECT_TRUE(p.ok());
+    const int k = static_cast<int>(p->size());
+    // Proposals accepted in a row while the running fraction stays under the rate.
+    int acc = 0;
+    while (acc < k && (i * 7 + acc * 3) % 100 < accept_rate * 100) ++acc;
+    s.record(k, acc, acc + 1, base + per_pos * k);
+    last = k;
+  }
+  return last;
+}
+
+TEST(Speculator, ChecksManyWhenTheyAreAcceptedAndCheap) {
+  Speculator s(std::make_unique<Fixed>(), 8);
+  EXPECT_GE(run_steps(s, 200, 0.95, 1.0, 0.02), 4);
+  EXPECT_GT(s.stats().tokens_per_step(), 2.0);
+}
+
+TEST(Speculator, StopsCheckingWhenNothingIsAcceptedAndProbesNowAndThen) {
+  Speculator s(std::make_unique<Fixed>(), 8);
+  run_steps(s, 100, 0.0, 1.0, 0.05);
+  const SpecStats before = s.stats();
+  run_steps(s, 64, 0.0, 1.0, 0.05);
+  const int64_t checks = s.stats().checks - before.checks;
+  EXPECT_GE(checks, 2);  // the probes
+  EXPECT_LE(checks, 6);
+  EXPECT_EQ(s.stats().proposed - before.proposed, checks);  // one proposal each
+}
+
+TEST(Speculator, NeverProposesPastTheRoomLeft) {
+  Speculator s(std::make_unique<Fixed>(), 8);
+  const std::vector<int32_t> h = {1};
+  auto p = s.next(h, 2);
+  ASSERT_TRUE(p.ok());
+  EXPECT_LE(p->size(), 2u);
+  p = s.next(h, 0);
+  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p->empty());
+}
+
+// A BPE tokenizer of `n` one-character tokens (the tiny models' vocabulary).
+Tokenizer tiny_tokenizer(int64_t n) {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int64_t i = 0; i < n; ++i) vocab[std::string(1, static_cast<char>('0' + i))] = i;
+  const nlohmann::json j = {{"version", "1.0"},
+                            {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {}}}}};
+  auto t = Tokenizer::from_json(j.dump(), "tiny.json");
+  EXPECT_TRUE(t.ok()) << (t.ok() ? "" : t.error().message);
+  return std::move(t).value();
+}
+
+struct Decoded {
+  std::vector<int32_t> tokens;
+  SpecStats stats;
+};
+
+// A prompt with repeated n-grams (prompt lookup finds them), then `max` tokens.
+Decoded generate(const Transformer& m, const Tokenizer& tok, std::unique_ptr<Proposer> p,
+                 SamplingOptions so, int64_t max) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 40; ++i) prompt.push_back((i * 7) % 10 + (i / 20) * 3);
+  const int k = 4;
+  const int64_t V = m.config().vocab_size;
+  KvCache cache = m.new_cache(static_cast<int64_t>(prompt.size()) + max + k);
+  std::vector<float> logits(static_cast<size_t>((k + 1) * V));
+  EXPECT_TRUE(m.forward(prompt, cache, std::span(logits).first(V), false).ok());
+  Generation gen(tok, {.sampling = so, .max_tokens = max});
+  std::unique_ptr<Speculator> spec;
+  if (p) spec = std::make_unique<Speculator>(std::move(p), k);
+  std::vector<int32_t> history = prompt;
+  EXPECT_TRUE(
+      decode_loop(m, cache, gen, &history, logits, spec.get(), [](std::string_view) {}).ok());
+  EXPECT_EQ(history.size(), prompt.size() + gen.tokens().size());
+  return {gen.tokens(), spec ? spec->stats() : SpecStats{}};
+}
+
+// Speculation changes how many forwards run, never the tokens: greedy, and seeded sampling
+// draw for draw (each token is drawn from the target's row by the request's own sampler), so
+// the sampled distribution is the target's (a χ² test of homogeneity on one position).
+TEST(Speculation, GivesThePlainDecodesTokensGreedyAndSampled) {
+  testing::TempDir dir;
+  auto src = open_model(testing::write_tiny_q4_model(dir, "llama"));
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  auto loaded = Transformer::load(*src, RuntimeOptions{.threads = 2});
+  ASSERT_TRUE(loaded.ok()) << loaded.error().message;
+  std::shared_ptr<const Transformer> m = std::move(*loaded);
+  ASSERT_TRUE(check_speculation(*m).ok());
+  const Tokenizer tok = tiny_tokenizer(m->config().vocab_size);
+  auto draft = [&] {
+    auto d = DraftProposer::make(m, tok, *m, tok, 128);
+    EXPECT_TRUE(d.ok()) << d.error().message;
+    return std::move(*d);
+  };
+
+  const Decoded plain = generate(*m, tok, nullptr, {}, 24);
+  const Decoded lookup = generate(*m, tok, std::make_unique<LookupProposer>(), {}, 24);
+  const Decoded drafted = generate(*m, tok, draft(), {}, 24);
+  EXPECT_EQ(plain.tokens, lookup.tokens);
+  EXPECT_EQ(plain.tokens, drafted.tokens);
+  EXPECT_EQ(drafted.stats.accepted, drafted.stats.proposed);  // the target drafting itself
+  EXPECT_LT(drafted.stats.steps, 24 / 2);
+
+  const int draws = 2000, at = 5;
+  std::map<int32_t, std::pair<int, int>> counts;  // token at `at`: plain, speculative
+  int64_t accepted = 0;
+  for (int seed = 0; seed < draws; ++seed) {
+    const SamplingOptions so{.temperature = 1.0, .seed = static_cast<uint64_t>(seed)};
+    const Decoded a = generate(*m, tok, nullptr, so, at + 1);
+    const Decoded b = seed % 2 ? generate(*m, tok, std::make_unique<LookupProposer>(), so, at + 1)
+                               : generate(*m, tok, draft(), so, at + 1);
+    ASSERT_EQ(a.tokens, b.tokens) << "seed " << seed;
+    accepted += b.stats.accepted;
+    ++counts[a.tokens.back()].first;
+    ++counts[b.tokens.back()].second;
+  }
+  EXPECT_GT(accepted, draws / 10);  // the checks took proposals, not just plain steps
+  double chi2 = 0;
+  for (const auto& [tok_id, c] : counts) {
+    const double e = (c.first + c.second) / 2.0;
+    chi2 += (c.first - e) * (c.first - e) / e + (c.second - e) * (c.second - e) / e;
+  }
+  // χ² critical value at p = 0.01 (Wilson-Hilferty, z = 2.326).
+  const double df = std::max<double>(1, counts.size() - 1);
+  const double crit = df * std::pow(1 - 2 / (9 * df) + 2.326 * std::sqrt(2 / (9 * df)), 3);
+  EXPECT_LT(chi2, crit);
+}
+
+TEST(Speculation, RefusesADraftWithAnotherVocabulary) {
+  testing::TempDir a, b;
+  nlohmann::json j = testing::tiny_json("llama");
+  auto sa = open_model(testing::write_tiny_model(a, j));
+  j["vocab_size"] = 60;
+  auto sb = open_model(testing::write_tiny_model(b, j));
+  ASSERT_TRUE(sa.ok() && sb.ok());
+  auto ta = Transformer::load(*sa, RuntimeOptions{.threads = 1});
+  auto tb = Transformer::load(*sb, RuntimeOptions{.threads = 1});
+  ASSERT_TRUE(ta.ok() && tb.ok());
+  const Tokenizer t70 = tiny_tokenizer(70), t60 = tiny_tokenizer(60);
+  auto d = DraftProposer::make(std::move(*tb), t60, **ta, t70, 64);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.error().message.find("vocabulary"), std::string::npos) << d.error().message;
+  // The reference runtime cannot check per token.
+  auto r = Transformer::load(*sa, RuntimeOptions{.reference = true});
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(check_speculation(**r).ok());
+}
+
+}  // namespace
+}  // namespace tq
