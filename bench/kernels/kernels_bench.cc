@@ -117,6 +117,9 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
         for (int q8 : {0, 1, 2})
           if (!(q8 && bits == 16) && !(q8 == 2 && n == 1) && !(n == 256 && q8 != 2))
             b->Args({bits, rows, cols, n, q8});
+  // A few tokens on the per-token kernels: what a speculative check of k + 1 positions costs.
+  for (int bits : {4, 8})
+    for (int64_t n : {2, 4, 8}) b->Args({bits, 1536, 576, n, 1});
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->ArgNames({"bits", "rows", "cols", "n", "q8"});
 

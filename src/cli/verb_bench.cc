@@ -1,14 +1,21 @@
 // tq bench MODEL: prefill and decode speed, time to first token and peak RSS at chosen prompt
-// lengths (random token ids), min/median/max over repeats, beside the decode roofline.
+// lengths (random token ids), min/median/max over repeats, beside the decode roofline; with
+// --lookup / --draft, decode of real prompts with and without speculation.
 #include <fmt/format.h>
 
+#include <fstream>
 #include <memory>
+#include <optional>
 
 #include "cli/db_flags.h"
 #include "cli/runtime_flags.h"
+#include "cli/spec_flags.h"
 #include "cli/verb.h"
 #include "eval/bench.h"
+#include "eval/spec_bench.h"
 #include "model/forward.h"
+#include "model/generation.h"
+#include "model/model_chat.h"
 #include "model/model_source.h"
 
 namespace tq::cli {
@@ -20,13 +27,94 @@ struct BenchCliOptions {
   bool json = false;
   DbFlags db;
   RuntimeOptions runtime;
+  SpecFlags spec;
+  std::string spec_prompts;
 };
 
+// --spec-prompts: one prompt per line, a JSON string or an object with a "prompt" field.
+Result<std::vector<std::string>> read_spec_prompts(const std::string& path) {
+  if (path.empty()) return eval::default_spec_prompts();
+  std::ifstream f(path);
+  if (!f) return err("--spec-prompts {}: cannot open", path);
+  std::vector<std::string> out;
+  std::string line;
+  for (int n = 1; std::getline(f, line); ++n) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+    if (j.is_string())
+      out.push_back(j.get<std::string>());
+    else if (j.is_object() && j.contains("prompt") && j["prompt"].is_string())
+      out.push_back(j["prompt"].get<std::string>());
+    else
+      return err("--spec-prompts {} line {}: not a JSON string or {{\"prompt\": ...}}", path, n);
+  }
+  if (out.empty()) return err("--spec-prompts {}: no prompts", path);
+  return out;
+}
+
+// Speculative decode against plain on real prompts (the chat template's when the model has
+// one): its JSON, after printing its table unless `json`.
+Result<nlohmann::json> run_spec_part(const BenchCliOptions& o,
+                                     const std::vector<std::string>& texts, const Tokenizer& tok,
+                                     const ModelChat& chat, const Transformer& net) {
+  auto prompter = ChatPrompter::make(chat);
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<std::string> labels;
+  int64_t longest = 0;
+  for (const std::string& t : texts) {
+    std::string text = t;
+    if (prompter) {
+      TQ_TRY(text,
+             prompter->render(nlohmann::ordered_json::array({{{"role", "user"}, {"content", t}}})));
+    }
+    prompts.push_back(tok.encode(text, /*add_special=*/!prompter.ok()));
+    longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts.back().size()));
+    std::string label = t.substr(0, std::min<size_t>(t.find_first_of("\n:"), 40));
+    labels.push_back(label);
+  }
+  TQ_TRY(SpeculatorFactory make,
+         speculator_factory(o.spec, net, tok, o.runtime, longest + o.bench.gen + o.spec.spec_k));
+  TQ_TRY(eval::SpecBenchResult r,
+         eval::run_spec_bench(net, tok, prompts, labels, o.bench.gen, o.bench.repeat, make,
+                              [&](int64_t d, int64_t t) {
+                                if (!o.json)
+                                  fmt::print(stderr, "\rbench: speculation run {}/{}", d, t),
+                                      std::fflush(stderr);
+                              }));
+  if (!o.json) {
+    fmt::print(stderr, "\n");
+    fmt::print(
+        "speculation ({}, --spec-k {}): greedy decode of {} tokens, plain and speculative "
+        "alternated, the same tokens\n",
+        r.proposer, o.spec.spec_k, o.bench.gen);
+    fmt::print("{:<42} {:>11} {:>11} {:>7} {:>11} {:>10}\n", "prompt", "plain tok/s", "spec tok/s",
+               "ratio", "acceptance", "tok/fwd");
+    for (const eval::SpecBenchPrompt& p : r.prompts)
+      fmt::print("{:<42} {:>11.1f} {:>11.1f} {:>7.2f} {:>11.2f} {:>10.2f}\n", p.label,
+                 p.plain_tok_s, p.spec_tok_s, p.spec_tok_s / p.plain_tok_s, p.stats.acceptance(),
+                 p.stats.tokens_per_step());
+    fmt::print("median over prompts: {:.1f} vs {:.1f} tok/s ({:.2f}x)\n", r.plain_tok_s,
+               r.spec_tok_s, r.spec_tok_s / r.plain_tok_s);
+  }
+  return eval::spec_bench_json(r);
+}
+
 Status run_bench_verb(const BenchCliOptions& o) {
+  if (!o.spec.any() && !o.spec_prompts.empty())
+    return err("--spec-prompts needs --lookup or --draft");
   TQ_TRY(ModelSource src, open_model(o.model));
   const std::string fingerprint = eval::model_fingerprint(src);
+  std::optional<Tokenizer> tok;
+  std::optional<ModelChat> chat;
+  std::vector<std::string> texts;
+  if (o.spec.any()) {
+    TQ_TRY(texts, read_spec_prompts(o.spec_prompts));
+    TQ_TRY(tok, load_model_tokenizer(src));
+    TQ_TRY(chat, load_model_chat(src));
+  }
   TQ_TRY(auto net, Transformer::load(src, o.runtime));
   src.tensors.reset();  // the network keeps what it needs
+  if (o.spec.any()) TQ_CHECK_OK(check_speculation(*net));
   TQ_TRY(eval::BenchResult r, eval::run_bench(*net, o.bench, [&](int64_t d, int64_t t) {
            if (!o.json) fmt::print(stderr, "\rbench: run {}/{}", d, t), std::fflush(stderr);
          }));
@@ -39,7 +127,7 @@ Status run_bench_verb(const BenchCliOptions& o) {
       fmt::join(o.bench.prompt_lengths, "/"), o.bench.gen, o.bench.repeat, net->threads(),
       r.runtime);
   if (o.json) {
-    fmt::print("{}\n", j.dump());
+    if (!o.spec.any()) fmt::print("{}\n", j.dump());
   } else {
     fmt::print("{}\n{}\ncpu: {}\n", o.model, protocol, cpu_summary(r.cpu));
     fmt::print("{:>8} {:>28} {:>28} {:>22}\n", "prompt", "prefill tok/s (min/med/max)",
@@ -55,6 +143,10 @@ Status run_bench_verb(const BenchCliOptions& o) {
     fmt::print("peak RSS: {:.1f} MB\n", r.peak_rss_bytes / 1e6);
   }
   std::fflush(stdout);
+  if (o.spec.any()) {
+    TQ_TRY(j["speculation"], run_spec_part(o, texts, *tok, *chat, *net));
+    if (o.json) fmt::print("{}\n", j.dump());
+  }
   eval::RunRecord rec;
   rec.kind = "bench";
   rec.artifact = o.model;
@@ -82,6 +174,10 @@ const bool kRegistered = register_verb(
        app.add_flag("--json", o->json, "Print one JSON object");
        add_db_flags(app, &o->db);
        add_runtime_flags(app, &o->runtime);
+       add_spec_flags(app, &o->spec);
+       app.add_option("--spec-prompts", o->spec_prompts,
+                      "with --lookup/--draft: prompts (JSONL: a string or {\"prompt\": ...} per "
+                      "line; default: three copy-heavy and three open-ended built in)");
        return [o] { return run_bench_verb(*o); };
      }});
 

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/runtime_flags.h"
+#include "cli/spec_flags.h"
 #include "cli/verb.h"
 #include "eval/bench.h"
 #include "model/forward.h"
@@ -34,9 +35,7 @@ struct GenerateOptions {
   std::string system;
   bool has_system = false;
   bool json = false;
-  bool lookup = false;
-  std::string draft;
-  int spec_k = 8;
+  SpecFlags spec;
   RuntimeOptions runtime;
 };
 
@@ -57,35 +56,12 @@ Result<std::string> prompt_text(const GenerateOptions& o, const ModelSource& m,
   return prompter->render(messages);
 }
 
-// The proposer --lookup or --draft asks for, or none.
-Result<std::unique_ptr<Speculator>> make_speculator(const GenerateOptions& o,
-                                                    const Transformer& model, const Tokenizer& tok,
-                                                    int64_t capacity) {
-  if (!o.lookup && o.draft.empty()) return std::unique_ptr<Speculator>();
-  if (o.lookup && !o.draft.empty()) return err("--lookup and --draft exclude each other");
-  if (o.spec_k < 1 || o.spec_k > Speculator::kMaxK)
-    return err("--spec-k must be in [1, {}], got {}", Speculator::kMaxK, o.spec_k);
-  TQ_CHECK_OK(check_speculation(model));
-  std::unique_ptr<Proposer> p;
-  if (o.lookup) {
-    p = std::make_unique<LookupProposer>();
-  } else {
-    TQ_TRY(ModelSource d, open_model(o.draft));
-    TQ_TRY(Tokenizer dtok, load_model_tokenizer(d));
-    TQ_TRY(std::unique_ptr<Transformer> dm, Transformer::load(d, o.runtime));
-    auto made = DraftProposer::make(std::move(dm), dtok, model, tok, capacity);
-    if (!made) return err("--draft {}: {}", o.draft, made.error().message);
-    p = std::move(*made);
-  }
-  return std::make_unique<Speculator>(std::move(p), o.spec_k);
-}
-
 nlohmann::json spec_json(const Speculator& s) {
   const SpecStats& st = s.stats();
   // Measured step times by positions checked (1: a plain step).
   nlohmann::json step_ms = nlohmann::json::object();
-  for (size_t m = 1; m < s.step_seconds().size(); ++m)
-    if (s.step_seconds()[m] > 0) step_ms[std::to_string(m)] = s.step_seconds()[m] * 1e3;
+  for (int m = 1; m < StepCosts::kMax; ++m)
+    if (s.costs().seconds(m) > 0) step_ms[std::to_string(m)] = s.costs().seconds(m) * 1e3;
   return {{"proposer", s.proposer().name()},
           {"steps", st.steps},
           {"checks", st.checks},
@@ -121,11 +97,15 @@ Status run_generate(const GenerateOptions& o) {
       return err("{}: prompt token id {} is outside the model's vocabulary ({})", o.model, id,
                  vocab);
   }
-  const int64_t capacity = static_cast<int64_t>(prompt.size()) + o.max_tokens + o.spec_k;
-  TQ_TRY(std::unique_ptr<Speculator> spec, make_speculator(o, *model, tok, capacity));
+  const int64_t capacity = static_cast<int64_t>(prompt.size()) + o.max_tokens + o.spec.spec_k;
+  TQ_TRY(SpeculatorFactory make_spec, speculator_factory(o.spec, *model, tok, o.runtime, capacity));
+  std::unique_ptr<Speculator> spec;
+  if (make_spec) {
+    TQ_TRY(spec, make_spec());
+  }
   const double load_s = seconds_since(t_load);
 
-  const int64_t k_max = spec ? o.spec_k : 0;
+  const int64_t k_max = spec ? o.spec.spec_k : 0;
   KvCache cache = model->new_cache(capacity);
   std::vector<float> logits(static_cast<size_t>((k_max + 1) * vocab));
   const auto t_prefill = Clock::now();
@@ -205,13 +185,7 @@ const bool kRegistered = register_verb(
            ->each([o](const std::string&) { o->has_system = true; });
        app.add_flag("--json", o->json,
                     "print one JSON object (prompt, token ids, text, speeds) instead of streaming");
-       app.add_flag("--lookup", o->lookup,
-                    "speculate with prompt lookup: n-grams of the text so far propose the next "
-                    "tokens (the same output, fewer forwards)");
-       app.add_option("--draft", o->draft,
-                      "speculate with this draft model (same vocabulary; e.g. a 3-bit convert)");
-       app.add_option("--spec-k", o->spec_k, "most proposals one step checks (adapted below it)")
-           ->default_val(8);
+       add_spec_flags(app, &o->spec);
        add_runtime_flags(app, &o->runtime);
        return [o] { return run_generate(*o); };
      }});

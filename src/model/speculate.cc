@@ -52,6 +52,11 @@ Result<std::unique_ptr<DraftProposer>> DraftProposer::make(std::shared_ptr<const
   return std::unique_ptr<DraftProposer>(new DraftProposer(std::move(draft), capacity));
 }
 
+std::unique_ptr<DraftProposer> DraftProposer::unchecked(std::shared_ptr<const Transformer> draft,
+                                                        int64_t capacity) {
+  return std::unique_ptr<DraftProposer>(new DraftProposer(std::move(draft), capacity));
+}
+
 DraftProposer::DraftProposer(std::shared_ptr<const Transformer> m, int64_t capacity)
     : model_(std::move(m)),
       cache_(model_->new_cache(capacity)),
@@ -80,16 +85,32 @@ Result<std::vector<int32_t>> DraftProposer::propose(std::span<const int32_t> his
   return out;
 }
 
-Speculator::Speculator(std::unique_ptr<Proposer> p, int max_k)
-    : p_(std::move(p)), max_k_(std::clamp(max_k, 1, kMaxK)) {}
+void StepCosts::record(int m, double seconds) {
+  if (m <= 0 || m >= kMax || seconds <= 0) return;
+  t_[m] = t_[m] > 0 ? 0.8 * t_[m] + 0.2 * seconds : seconds;
+}
+
+double StepCosts::relative(int m) const {
+  if (m <= 1) return 1.0;
+  double slope = 0.3;  // per position beyond the first, in plain steps
+  if (t_[1] > 0) {
+    if (m < kMax && t_[m] > 0) return t_[m] / t_[1];
+    for (int j = kMax - 1; j > 1; --j)
+      if (t_[j] > 0) {
+        slope = std::max(0.0, (t_[j] / t_[1] - 1.0) / (j - 1));
+        break;
+      }
+  }
+  return 1.0 + slope * (m - 1);
+}
+
+Speculator::Speculator(std::unique_ptr<Proposer> p, int max_k, std::shared_ptr<StepCosts> costs)
+    : p_(std::move(p)), max_k_(std::clamp(max_k, 1, kMaxK)), costs_(std::move(costs)) {}
 
 int Speculator::choose_k() const {
   // Acceptance per proposal, with a prior of one hit and one miss.
   const double a = (hit_ + 1.0) / (hit_ + miss_ + 2.0);
-  const double t1 = t_[1] > 0 ? t_[1] : 1.0;
-  // A forward not yet measured is guessed optimistically (10% of a step per position), so
-  // that each size gets tried and its measured time decides.
-  auto cost = [&](int m) { return t_[m] > 0 ? t_[m] / t1 : 1.0 + 0.1 * (m - 1); };
+  auto cost = [&](int m) { return costs_->relative(m); };
   int best = 0;
   double best_rate = 1.0, expect = 1.0, ak = 1.0;
   for (int k = 1; k <= max_k_; ++k) {
@@ -111,9 +132,7 @@ Result<std::vector<int32_t>> Speculator::next(std::span<const int32_t> history, 
 }
 
 void Speculator::record(int proposed, int accepted, int produced, double seconds) {
-  const int m = proposed + 1;
-  if (m < static_cast<int>(t_.size()) && seconds > 0)
-    t_[m] = t_[m] > 0 ? 0.8 * t_[m] + 0.2 * seconds : seconds;
+  costs_->record(proposed + 1, seconds);
   if (proposed > 0) {
     idle_ = 0;
     hit_ = 0.95 * hit_ + accepted;

@@ -52,6 +52,9 @@ class DraftProposer final : public Proposer {
                                                      const Tokenizer& draft_tok,
                                                      const Transformer& target,
                                                      const Tokenizer& target_tok, int64_t capacity);
+  // Another sequence's proposer from a draft make() accepted.
+  static std::unique_ptr<DraftProposer> unchecked(std::shared_ptr<const Transformer> draft,
+                                                  int64_t capacity);
   Result<std::vector<int32_t>> propose(std::span<const int32_t> history, int k) override;
   std::string name() const override { return "draft"; }
 
@@ -77,13 +80,29 @@ struct SpecStats {
   double acceptance() const { return proposed ? static_cast<double>(accepted) / proposed : 0; }
 };
 
+// Measured seconds of a step over m positions (decayed means), shared by the sequences of one
+// model so that only the first pays for learning them. Unmeasured sizes are extrapolated from
+// the largest measured one (or, before any, guessed at 30% of a step per position).
+class StepCosts {
+ public:
+  static constexpr int kMax = 18;
+  void record(int m, double seconds);
+  // Cost of a step over m positions relative to a plain step.
+  double relative(int m) const;
+  double seconds(int m) const { return m > 0 && m < kMax ? t_[m] : 0; }
+
+ private:
+  std::array<double, kMax> t_{};
+};
+
 // Decides how many proposals each step checks: k maximising expected tokens per unit of time,
 // from the running acceptance rate and measured forward times of 1..max_k+1 positions; none
 // when no k pays (then a cheap one-proposal probe now and then, to notice when it starts to).
 class Speculator {
  public:
   static constexpr int kMaxK = 16;
-  Speculator(std::unique_ptr<Proposer> p, int max_k);
+  Speculator(std::unique_ptr<Proposer> p, int max_k,
+             std::shared_ptr<StepCosts> costs = std::make_shared<StepCosts>());
   // Proposals for the step after `history` (empty: a plain decode step), at most `room`.
   Result<std::vector<int32_t>> next(std::span<const int32_t> history, int64_t room);
   // The step's forward over `positions` tokens took `seconds`; `proposed` of them were
@@ -93,17 +112,16 @@ class Speculator {
   int last_k() const { return k_; }
   const Proposer& proposer() const { return *p_; }
   int max_k() const { return max_k_; }
-  // Running mean seconds of a step over m positions (index m; 0 where none was measured).
-  std::span<const double> step_seconds() const { return t_; }
+  const StepCosts& costs() const { return *costs_; }
 
  private:
   int choose_k() const;
   std::unique_ptr<Proposer> p_;
   int max_k_;
   int k_ = 0;
-  int idle_ = 0;                       // plain steps in a row since a check
-  double hit_ = 0, miss_ = 0;          // decayed counts of accepted / first-rejected proposals
-  std::array<double, kMaxK + 2> t_{};  // decayed mean seconds of a forward over m positions
+  int idle_ = 0;               // plain steps in a row since a check
+  double hit_ = 0, miss_ = 0;  // decayed counts of accepted / first-rejected proposals
+  std::shared_ptr<StepCosts> costs_;
   SpecStats stats_;
 };
 

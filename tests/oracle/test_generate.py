@@ -241,3 +241,22 @@ def test_speculation_bad_flags(smollm2, draft_3bit, tmp_path):
     (other / "tokenizer.json").write_text(json.dumps(tok))
     one_line_error(run_tq("generate", smollm2, "-p", "hi", "--draft", other), "vocabulary",
                    "token 100")
+
+
+def test_bench_with_lookup_prints_both_arms(smollm2, tmp_path):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('"Repeat after me: one two three four five six, one two three"\n'
+                       '{"prompt": "Say something."}\n')
+    r = run_tq("bench", smollm2, "--prompt-lengths", 4, "--gen", 12, "--repeat", 1, "--lookup",
+               "--spec-prompts", prompts, "--json", "--no-db")
+    assert r.returncode == 0, r.stderr.decode()
+    s = json.loads(r.stdout)["speculation"]
+    assert s["proposer"] == "lookup" and len(s["prompts"]) == 2
+    assert s["plain_decode_tok_s"] > 0 and s["spec_decode_tok_s"] > 0
+    r = run_tq("bench", smollm2, "--spec-prompts", prompts, "--no-db")
+    assert r.returncode != 0 and "--spec-prompts needs --lookup" in r.stderr.decode()
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("[1, 2]\n")
+    r = run_tq("bench", smollm2, "--prompt-lengths", 4, "--gen", 4, "--repeat", 1, "--lookup",
+               "--spec-prompts", bad, "--no-db")
+    assert r.returncode != 0 and "line 1" in r.stderr.decode()
