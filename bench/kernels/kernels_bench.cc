@@ -119,7 +119,8 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
             b->Args({bits, rows, cols, n, q8});
   // A few tokens on the per-token kernels: what a speculative check of k + 1 positions costs.
   for (int bits : {4, 8})
-    for (int64_t n : {2, 4, 8}) b->Args({bits, 1536, 576, n, 1});
+    for (int64_t n : {2, 4, 8})
+      for (int q8 : {0, 1}) b->Args({bits, 1536, 576, n, q8});
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->ArgNames({"bits", "rows", "cols", "n", "q8"});
 

@@ -17,6 +17,7 @@
 #include "model/generation.h"
 #include "model/model_chat.h"
 #include "model/model_source.h"
+#include "model/model_tokenizer.h"
 
 namespace tq::cli {
 namespace {
@@ -27,7 +28,7 @@ struct BenchCliOptions {
   bool json = false;
   DbFlags db;
   RuntimeOptions runtime;
-  SpecFlags spec;
+  SpecOptions spec;
   std::string spec_prompts;
 };
 
@@ -60,7 +61,6 @@ Result<nlohmann::json> run_spec_part(const BenchCliOptions& o,
   auto prompter = ChatPrompter::make(chat);
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> labels;
-  int64_t longest = 0;
   for (const std::string& t : texts) {
     std::string text = t;
     if (prompter) {
@@ -68,12 +68,10 @@ Result<nlohmann::json> run_spec_part(const BenchCliOptions& o,
              prompter->render(nlohmann::ordered_json::array({{{"role", "user"}, {"content", t}}})));
     }
     prompts.push_back(tok.encode(text, /*add_special=*/!prompter.ok()));
-    longest = std::max<int64_t>(longest, static_cast<int64_t>(prompts.back().size()));
     std::string label = t.substr(0, std::min<size_t>(t.find_first_of("\n:"), 40));
     labels.push_back(label);
   }
-  TQ_TRY(SpeculatorFactory make,
-         speculator_factory(o.spec, net, tok, o.runtime, longest + o.bench.gen + o.spec.spec_k));
+  TQ_TRY(SpeculatorFactory make, make_speculator_factory(o.spec, net, tok, o.runtime));
   TQ_TRY(eval::SpecBenchResult r,
          eval::run_spec_bench(net, tok, prompts, labels, o.bench.gen, o.bench.repeat, make,
                               [&](int64_t d, int64_t t) {
@@ -86,7 +84,7 @@ Result<nlohmann::json> run_spec_part(const BenchCliOptions& o,
     fmt::print(
         "speculation ({}, --spec-k {}): greedy decode of {} tokens, plain and speculative "
         "alternated, the same tokens\n",
-        r.proposer, o.spec.spec_k, o.bench.gen);
+        r.proposer, o.spec.k, o.bench.gen);
     fmt::print("{:<42} {:>11} {:>11} {:>7} {:>11} {:>10}\n", "prompt", "plain tok/s", "spec tok/s",
                "ratio", "acceptance", "tok/fwd");
     for (const eval::SpecBenchPrompt& p : r.prompts)

@@ -35,7 +35,7 @@ struct GenerateOptions {
   std::string system;
   bool has_system = false;
   bool json = false;
-  SpecFlags spec;
+  SpecOptions spec;
   RuntimeOptions runtime;
 };
 
@@ -97,15 +97,15 @@ Status run_generate(const GenerateOptions& o) {
       return err("{}: prompt token id {} is outside the model's vocabulary ({})", o.model, id,
                  vocab);
   }
-  const int64_t capacity = static_cast<int64_t>(prompt.size()) + o.max_tokens + o.spec.spec_k;
-  TQ_TRY(SpeculatorFactory make_spec, speculator_factory(o.spec, *model, tok, o.runtime, capacity));
+  const int64_t capacity = static_cast<int64_t>(prompt.size()) + o.max_tokens + o.spec.k;
+  TQ_TRY(SpeculatorFactory make_spec, make_speculator_factory(o.spec, *model, tok, o.runtime));
   std::unique_ptr<Speculator> spec;
   if (make_spec) {
-    TQ_TRY(spec, make_spec());
+    TQ_TRY(spec, make_spec(capacity));
   }
   const double load_s = seconds_since(t_load);
 
-  const int64_t k_max = spec ? o.spec.spec_k : 0;
+  const int64_t k_max = spec ? o.spec.k : 0;
   KvCache cache = model->new_cache(capacity);
   std::vector<float> logits(static_cast<size_t>((k_max + 1) * vocab));
   const auto t_prefill = Clock::now();

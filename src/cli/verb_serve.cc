@@ -3,6 +3,7 @@
 
 #include "base/byte_size.h"
 #include "cli/runtime_flags.h"
+#include "cli/spec_flags.h"
 #include "cli/verb.h"
 #include "serve/server.h"
 
@@ -74,6 +75,7 @@ const bool kRegistered = register_verb(
                       "longest silence on a stream, in seconds (then an SSE comment)")
            ->capture_default_str();
        add_runtime_flags(app, &o->runtime);
+       add_spec_flags(app, &o->spec);
        return [o]() -> Status {
          TQ_CHECK_OK(check(*o));
          return serve::run_server(*o);

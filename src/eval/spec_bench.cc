@@ -58,11 +58,11 @@ Result<Run> decode(const Transformer& t, const Tokenizer& tok, const std::vector
 
 }  // namespace
 
-Result<SpecBenchResult> run_spec_bench(
-    const Transformer& t, const Tokenizer& tok, const std::vector<std::vector<int32_t>>& prompts,
-    const std::vector<std::string>& labels, int64_t gen, int repeat,
-    const std::function<Result<std::unique_ptr<Speculator>>()>& make_spec,
-    const std::function<void(int64_t, int64_t)>& progress) {
+Result<SpecBenchResult> run_spec_bench(const Transformer& t, const Tokenizer& tok,
+                                       const std::vector<std::vector<int32_t>>& prompts,
+                                       const std::vector<std::string>& labels, int64_t gen,
+                                       int repeat, const SpeculatorFactory& make_spec,
+                                       const std::function<void(int64_t, int64_t)>& progress) {
   if (gen < 2) return err("bench: --gen must be >= 2 with speculation, got {}", gen);
   SpecBenchResult r;
   std::vector<double> plain_all, spec_all;
@@ -74,7 +74,8 @@ Result<SpecBenchResult> run_spec_bench(
     std::vector<double> plain, fast;
     for (int rep = 0; rep < repeat; ++rep) {
       TQ_TRY(Run a, decode(t, tok, prompts[i], gen, nullptr));
-      TQ_TRY(std::unique_ptr<Speculator> spec, make_spec());
+      TQ_TRY(std::unique_ptr<Speculator> spec,
+             make_spec(static_cast<int64_t>(prompts[i].size()) + gen + Speculator::kMaxK));
       if (r.proposer.empty()) r.proposer = spec->proposer().name();
       TQ_TRY(Run b, decode(t, tok, prompts[i], gen, spec.get()));
       if (a.tokens != b.tokens)

@@ -33,11 +33,11 @@ struct SpecBenchResult {
   double plain_tok_s = 0, spec_tok_s = 0;  // medians over prompts
 };
 
-Result<SpecBenchResult> run_spec_bench(
-    const Transformer& t, const Tokenizer& tok, const std::vector<std::vector<int32_t>>& prompts,
-    const std::vector<std::string>& labels, int64_t gen, int repeat,
-    const std::function<Result<std::unique_ptr<Speculator>>()>& make_spec,
-    const std::function<void(int64_t, int64_t)>& progress);
+Result<SpecBenchResult> run_spec_bench(const Transformer& t, const Tokenizer& tok,
+                                       const std::vector<std::vector<int32_t>>& prompts,
+                                       const std::vector<std::string>& labels, int64_t gen,
+                                       int repeat, const SpeculatorFactory& make_spec,
+                                       const std::function<void(int64_t, int64_t)>& progress);
 
 nlohmann::json spec_bench_json(const SpecBenchResult& r);
 

@@ -1,5 +1,8 @@
 #include "model/speculate.h"
 
+#include "model/model_source.h"
+#include "model/model_tokenizer.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -143,6 +146,32 @@ void Speculator::record(int proposed, int accepted, int produced, double seconds
   stats_.proposed += proposed;
   stats_.accepted += accepted;
   stats_.tokens += produced;
+}
+
+Result<SpeculatorFactory> make_speculator_factory(const SpecOptions& o, const Transformer& target,
+                                                  const Tokenizer& target_tok,
+                                                  const RuntimeOptions& runtime) {
+  if (!o.any()) return SpeculatorFactory();
+  if (o.lookup && !o.draft.empty()) return err("--lookup and --draft exclude each other");
+  if (o.k < 1 || o.k > Speculator::kMaxK)
+    return err("--spec-k must be in [1, {}], got {}", Speculator::kMaxK, o.k);
+  TQ_CHECK_OK(check_speculation(target));
+  const int k = o.k;
+  auto costs = std::make_shared<StepCosts>();  // one model, one machine: learned once
+  if (o.lookup)
+    return SpeculatorFactory([k, costs](int64_t) -> Result<std::unique_ptr<Speculator>> {
+      return std::make_unique<Speculator>(std::make_unique<LookupProposer>(), k, costs);
+    });
+  TQ_TRY(ModelSource d, open_model(o.draft));
+  TQ_TRY(Tokenizer dtok, load_model_tokenizer(d));
+  TQ_TRY(std::unique_ptr<Transformer> dm, Transformer::load(d, runtime));
+  std::shared_ptr<const Transformer> draft = std::move(dm);
+  auto made = DraftProposer::make(draft, dtok, target, target_tok, 1);
+  if (!made) return err("--draft {}: {}", o.draft, made.error().message);
+  return SpeculatorFactory(
+      [draft, k, costs](int64_t capacity) -> Result<std::unique_ptr<Speculator>> {
+        return std::make_unique<Speculator>(DraftProposer::unchecked(draft, capacity), k, costs);
+      });
 }
 
 namespace {

@@ -125,6 +125,23 @@ class Speculator {
   SpecStats stats_;
 };
 
+// A fresh Speculator for a sequence that may reach `capacity` positions (a draft's cache is per
+// sequence, its weights shared); what the --lookup / --draft flags make.
+using SpeculatorFactory = std::function<Result<std::unique_ptr<Speculator>>(int64_t capacity)>;
+
+// What --lookup / --draft MODEL / --spec-k ask for.
+struct SpecOptions {
+  bool lookup = false;
+  std::string draft;  // a model path
+  int k = 8;          // most proposals per step
+  bool any() const { return lookup || !draft.empty(); }
+};
+// The factory `o` asks for (null when it asks for nothing): checks the flags, the target, and a
+// draft's vocabulary once; loads the draft's weights once (with `runtime`).
+Result<SpeculatorFactory> make_speculator_factory(const SpecOptions& o, const Transformer& target,
+                                                  const Tokenizer& target_tok,
+                                                  const RuntimeOptions& runtime);
+
 // What a check step gave: tokens taken (1 + accepted), whether the generation ended.
 struct Checked {
   int accepted = 0;

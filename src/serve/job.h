@@ -25,6 +25,8 @@ struct JobTimings {
   double prefill_ms = 0;  // admission to the first token's logits
   double decode_ms = 0;   // first token to the last
   double ttft_ms = 0;     // arrival to the first token
+  // Speculative decoding (all choices): decode forwards, proposals checked, accepted.
+  int64_t spec_steps = 0, spec_proposed = 0, spec_accepted = 0;
 };
 
 // A generated token's log-probability under the model (its raw logits, before temperature,
@@ -71,6 +73,7 @@ struct Job {
   std::string end_reason;  // the first abnormal end of a choice ("cancelled", "error"), if any
   std::string end_error;
   Clock::time_point admitted{}, first_token{};
+  int64_t spec_steps = 0, spec_proposed = 0, spec_accepted = 0;
 
   // The sampler seed of choice i: choice 0 keeps the request's, so `n` does not change it.
   uint64_t seed_of(int choice) const;

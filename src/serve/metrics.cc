@@ -63,6 +63,11 @@ std::string Metrics::prometheus() const {
   one("tq_generation_tokens_total", "counter", "Tokens generated.", generation_tokens.load());
   one("tq_steps_total", "counter", "Batched forward passes.", steps.load());
   one("tq_step_tokens_total", "counter", "Tokens those passes carried.", step_rows.load());
+  one("tq_spec_checks_total", "counter", "Decode rows that checked speculative proposals.",
+      spec_checks.load());
+  one("tq_spec_proposed_total", "counter", "Speculative proposals checked.", spec_proposed.load());
+  one("tq_spec_accepted_total", "counter", "Speculative proposals the model agreed with.",
+      spec_accepted.load());
   s += "# HELP tq_requests_finished_total Requests finished, by finish reason.\n"
        "# TYPE tq_requests_finished_total counter\n";
   for (size_t i = 0; i < kFinish.size(); ++i)

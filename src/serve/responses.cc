@@ -23,10 +23,14 @@ nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
 }
 
 nlohmann::json timings_json(const JobTimings& t) {
-  return {{"queue_ms", t.queue_ms},
-          {"prefill_ms", t.prefill_ms},
-          {"decode_ms", t.decode_ms},
-          {"ttft_ms", t.ttft_ms}};
+  nlohmann::json j = {{"queue_ms", t.queue_ms},
+                      {"prefill_ms", t.prefill_ms},
+                      {"decode_ms", t.decode_ms},
+                      {"ttft_ms", t.ttft_ms}};
+  if (t.spec_steps > 0)
+    j["speculation"] = {
+        {"steps", t.spec_steps}, {"proposed", t.spec_proposed}, {"accepted", t.spec_accepted}};
+  return j;
 }
 
 nlohmann::json completion_body(const ResponseHead& h, const std::vector<ChoiceResult>& choices,

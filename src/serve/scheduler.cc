@@ -27,11 +27,15 @@ struct Scheduler::Seq {
   int64_t chunk = 0;      // prompt tokens fed this step (0: a decode row)
   int32_t last = -1;      // the token to feed next (decode)
   Clock::time_point last_emit{};
+  // Speculation: the proposer, the prompt and tokens so far, this step's fed tokens.
+  std::unique_ptr<Speculator> spec;
+  std::vector<int32_t> history, feed;
   bool decoding() const { return prefilled == static_cast<int64_t>(job->prompt.size()); }
 };
 
 Scheduler::Scheduler(const Transformer& model, const Tokenizer& tok, SchedulerOptions o, Metrics& m)
     : model_(model),
+      vocab_(static_cast<size_t>(model.config().vocab_size)),
       tok_(tok),
       o_(o),
       m_(m),
@@ -85,6 +89,8 @@ void Scheduler::end_job(Job& j, const char* reason, std::string error) {
   m_.count_finish(reason);
   if (started) m_.ttft.observe(t.ttft_ms / 1000);
   m_.queue_time.observe(t.queue_ms / 1000);
+  t.spec_steps = j.spec_steps, t.spec_proposed = j.spec_proposed;
+  t.spec_accepted = j.spec_accepted;
   if (o_.log)
     std::fprintf(stderr,
                  "tq serve: %s prompt=%zu completion=%lld cached=0 queue=%.1fms prefill=%.1fms "
@@ -142,9 +148,10 @@ void Scheduler::run() {
         const int64_t blocks = kv_blocks_for(len + job->gen.max_tokens);
         job->admitted = Clock::now();
         job->choices_left = job->n;
-        auto s = std::unique_ptr<Seq>(new Seq{
-            job, model_.new_cache(blocks * kKvBlock), Generation(tok_, choice_options(*job, 0)),
-            std::vector<float>(static_cast<size_t>(model_.config().vocab_size))});
+        auto s = std::unique_ptr<Seq>(new Seq{job, model_.new_cache(blocks * kKvBlock),
+                                              Generation(tok_, choice_options(*job, 0)),
+                                              std::vector<float>(vocab_)});
+        speculate(*s);
         s->forks = job->n - 1;
         s->blocks = blocks * job->n;
         blocks_used_ += s->blocks;
@@ -183,9 +190,17 @@ void Scheduler::step(std::vector<std::unique_ptr<Seq>>& running) {
   for (auto& s : running) {
     if (!s->decoding()) continue;
     s->chunk = 0;
-    steps.push_back({std::span<const int32_t>(&s->last, 1), &s->cache, s->logits, false});
+    s->feed.assign(1, s->last);
+    if (s->spec) {
+      // The proposer fails only on a draft's forward error: that step goes plain.
+      auto p = s->spec->next(s->history, s->gen.max_tokens() - s->gen.count() - 1);
+      if (p.ok()) s->feed.insert(s->feed.end(), p->begin(), p->end());
+    }
+    const size_t rows = s->feed.size();
+    steps.push_back({s->feed, &s->cache, std::span(s->logits).first(rows * vocab_), rows > 1,
+                     /*per_token=*/true});
     fed.push_back(s.get());
-    --budget;
+    budget -= static_cast<int64_t>(rows);
   }
   bool prefilling = false;
   for (auto& s : running) {  // in admission order
@@ -202,7 +217,9 @@ void Scheduler::step(std::vector<std::unique_ptr<Seq>>& running) {
     budget -= n;
     prefilling = true;
   }
+  const auto t0 = Clock::now();
   Status st = model_.forward_batch(steps);
+  const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
   ++m_.steps;
   for (const auto& x : steps) m_.step_rows += static_cast<int64_t>(x.tokens.size());
   if (!st.ok()) {
@@ -221,13 +238,17 @@ void Scheduler::step(std::vector<std::unique_ptr<Seq>>& running) {
         auto f = std::unique_ptr<Seq>(
             new Seq{s->job, s->cache, Generation(tok_, choice_options(*s->job, s->choice + i)),
                     s->logits, s->choice + i, 0, own, s->prefilled});
+        speculate(*f);
         s->blocks -= own;
         m_.kv_bytes += f->cache.bytes();
         forked.push_back(std::move(f));
       }
       s->forks = 0;
     }
-    emit(*s);
+    if (s->chunk == 0 && s->spec)
+      take_checked_rows(*s, step_s);
+    else
+      emit(*s);
   }
   for (auto& f : forked) {
     emit(*f);
@@ -235,11 +256,44 @@ void Scheduler::step(std::vector<std::unique_ptr<Seq>>& running) {
   }
 }
 
-void Scheduler::emit(Seq& s) {
+void Scheduler::speculate(Seq& s) {
+  if (!o_.speculate) return;
+  auto sp = o_.speculate(s.cache.capacity);
+  if (!sp.ok()) return;  // a factory that refuses runs the sequence plain
+  s.spec = std::move(*sp);
+  s.history = s.job->prompt;
+  s.logits.resize(static_cast<size_t>(s.spec->max_k() + 1) * vocab_);
+}
+
+void Scheduler::emit(Seq& s) { emit(s, std::span(s.logits).first(vocab_)); }
+
+void Scheduler::take_checked_rows(Seq& s, double step_s) {
+  const std::shared_ptr<Job> job = s.job;  // emit may retire s
+  const int proposed = static_cast<int>(s.feed.size()) - 1;
+  const int64_t n0 = s.cache.n - static_cast<int64_t>(s.feed.size());
+  // Counted before the rows are taken: the last one may end the job and report them.
+  ++job->spec_steps;
+  job->spec_proposed += proposed;
+  int taken = 0, accepted = 0;
+  for (int i = 0; i <= proposed; ++i) {
+    const int32_t id =
+        emit(s, std::span(s.logits).subspan(static_cast<size_t>(i) * vocab_, vocab_));
+    ++taken;
+    const bool match = i < proposed && id == s.feed[static_cast<size_t>(i) + 1];
+    if (match) ++accepted, ++job->spec_accepted;
+    if (!s.job || !match) break;  // retired, or the rest of the rows followed another token
+  }
+  s.cache.n = n0 + taken;  // the rejected proposals' positions are written over next
+  s.spec->record(proposed, accepted, taken, step_s);
+  if (proposed > 0) ++m_.spec_checks;
+  m_.spec_proposed += proposed, m_.spec_accepted += accepted;
+}
+
+int32_t Scheduler::emit(Seq& s, std::span<float> row) {
   Job& j = *s.job;
   std::optional<TokenLogprob> lp;
-  if (j.top_logprobs >= 0) scratch_ = s.logits;  // the raw logits: sampling adjusts in place
-  const int32_t id = s.gen.sample(s.logits);
+  if (j.top_logprobs >= 0) scratch_.assign(row.begin(), row.end());  // sampling adjusts in place
+  const int32_t id = s.gen.sample(row);
   if (j.top_logprobs >= 0) lp = token_logprob(scratch_, id, j.top_logprobs);
   const auto now = Clock::now();
   if (j.first_token == Clock::time_point{}) j.first_token = now;
@@ -251,7 +305,9 @@ void Scheduler::emit(Seq& s) {
   j.append(s.choice, text, counted && lp ? &*lp : nullptr);
   m_.generation_tokens += s.gen.count() - before;
   s.last = id;
+  if (s.spec) s.history.push_back(id);
   if (s.gen.finish() != Finish::kNone) retire(s, finish_name(s.gen.finish()));
+  return id;
 }
 
 }  // namespace tq::serve

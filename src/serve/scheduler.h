@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "model/forward.h"
+#include "model/speculate.h"
 #include "serve/job.h"
 #include "serve/metrics.h"
 #include "text/tokenizer.h"
@@ -38,6 +39,9 @@ struct SchedulerOptions {
   int64_t step_tokens = 256;    // tokens per step (decode rows + prefill), one chunk at least
   int64_t kv_blocks = 0;        // KV blocks all sequences may hold together (0: no limit)
   bool log = true;              // one line per finished request on stderr
+  // Speculative decoding: each sequence's proposer (null: none). Decode rows then carry their
+  // proposals as per_token rows; a sequence's tokens stay those of plain decoding.
+  SpeculatorFactory speculate;
 };
 
 class Scheduler {
@@ -56,12 +60,19 @@ class Scheduler {
   struct Seq;
   void run();
   void step(std::vector<std::unique_ptr<Seq>>& running);
-  void emit(Seq& s);  // samples its next token from its logits and hands the text on
+  // Samples s's next token from `row` (its logits) and hands the text on; returns the token.
+  int32_t emit(Seq& s, std::span<float> row);
+  void emit(Seq& s);
+  // Gives s a proposer when the server speculates (its logits room for every checked row).
+  void speculate(Seq& s);
+  // A decode row that checked proposals: its rows taken in order until one differs.
+  void take_checked_rows(Seq& s, double step_s);
   void retire(Seq& s, const char* reason, std::string error = {});
   void end_job(Job& j, const char* reason, std::string error = {});
   static GenerationOptions choice_options(const Job& j, int choice);
 
   const Transformer& model_;
+  size_t vocab_;
   const Tokenizer& tok_;
   SchedulerOptions o_;
   Metrics& m_;

@@ -101,6 +101,7 @@ class Service {
                 : cfg.max_position_embeddings > 0 ? cfg.max_position_embeddings
                                                   : 4096;
     SchedulerOptions so = o_.scheduler;
+    TQ_TRY(so.speculate, make_speculator_factory(o_.spec, *model_, *tok_, o_.runtime));
     TQ_TRY(so.kv_blocks, plan_memory());
     info_.kv_blocks = so.kv_blocks;
     scheduler_ = std::make_unique<Scheduler>(*model_, *tok_, so, metrics_);

@@ -27,6 +27,7 @@ struct ServeOptions {
   double keep_alive_s = 5;       // longest silence on an open stream (an SSE comment then)
   SchedulerOptions scheduler;
   RuntimeOptions runtime;
+  SpecOptions spec;  // speculative decoding (--lookup / --draft)
 };
 
 Status run_server(const ServeOptions& o);
