@@ -2,20 +2,30 @@
 """Speculative decoding against plain decoding, same run, arms alternated per prompt.
 
   bench/speculate.py --target DIR [--draft DIR] [--tokens 128] [--repeat 2] [--threads 2]
+  bench/speculate.py --identity 50 --target DIR [--draft DIR] [--tokens 128]
 
 Two prompt sets through the chat template: "code/extraction" (rewrite, extract, edit: the
 answer repeats the prompt's text) and "open-ended" (nothing to copy). Per set and arm: decode
 tok/s (median over prompts of each prompt's median over repeats), the ratio to plain, the
 acceptance rate and tokens per target forward. Every arm's tokens must equal plain's (greedy):
 a mismatch fails the run. Without --draft only plain and --lookup run.
+
+--identity N: N prompts (the two sets through the chat template, then raw WikiText-2 paragraph
+openings as natural text, raw code) decoded greedily by `tq generate` plain, --lookup and --draft,
+and by `tq serve` plain and speculative at concurrency 1 and 4: every arm's tokens must equal
+plain generate's. Prints the counts.
 """
 import argparse
+import concurrent.futures as cf
 import json
 import os
 import statistics
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "integration"))
 
 REPO = Path(__file__).resolve().parents[1]
 TQ = os.environ.get("TQ_BIN", str(REPO / "build" / "tq"))
@@ -81,6 +91,72 @@ def generate(model, prompt, tokens, threads, extra):
     return json.loads(r.stdout)
 
 
+def identity_prompts(n):
+    out = [(p, True) for ps in SETS.values() for p in ps]
+    out.append((CODE, False))
+    wiki = (REPO / "data" / "wikitext-2-raw" / "wiki.test.raw").read_text(encoding="utf-8")
+    paras = [p.strip() for p in wiki.split("\n") if len(p.strip()) > 300 and not p.startswith(" =")]
+    for p in paras:
+        if len(out) >= n:
+            break
+        out.append((p[:400], False))
+    return out[:n]
+
+
+def serve_tokens(srv, prompts, tokens, conc):
+    def one(pc):
+        p, chat = pc
+        body = ({"messages": [{"role": "user", "content": p}]} if chat else {"prompt": p})
+        body |= {"max_tokens": tokens, "temperature": 0, "logprobs": True} if chat else \
+            {"max_tokens": tokens, "temperature": 0, "logprobs": 0}
+        path = "/v1/chat/completions" if chat else "/v1/completions"
+        r = srv.post(path, body)
+        assert r[0] == 200, r[2]
+        j = json.loads(r[2])["choices"][0]
+        if chat:
+            return [t["token"] for t in j["logprobs"]["content"]]
+        return j["logprobs"]["tokens"]
+    with cf.ThreadPoolExecutor(conc) as ex:
+        return list(ex.map(one, prompts))
+
+
+def identity(a):
+    from serve_helpers import Server
+    prompts = identity_prompts(a.identity)
+    arms = {"lookup": ["--lookup"]}
+    if a.draft:
+        arms["draft"] = ["--draft", a.draft]
+    base, mism = [], 0
+    for p, chat in prompts:
+        flags = ["--chat"] if chat else []
+        b = generate(a.target, p, a.tokens, a.threads, flags)["tokens"]
+        base.append(b)
+        for arm, extra in arms.items():
+            if generate(a.target, p, a.tokens, a.threads, flags + extra)["tokens"] != b:
+                mism += 1
+                print(f"generate {arm}: tokens differ on {p[:50]!r}")
+    print(f"generate: {len(prompts)} prompts x {a.tokens} tokens, plain vs "
+          f"{'/'.join(arms)}: {mism} mismatches")
+    srv_args = ["--threads", str(a.threads), "--max-seqs", "4"]
+    plain = Server(TQ, a.target, *srv_args)
+    try:
+        want = serve_tokens(plain, prompts, a.tokens, 1)
+    finally:
+        plain.stop()
+    for arm, extra in arms.items():
+        srv = Server(TQ, a.target, *srv_args, *extra)
+        try:
+            for conc in (1, 4):
+                got = serve_tokens(srv, prompts, a.tokens, conc)
+                bad = sum(g != w for g, w in zip(got, want))
+                print(f"serve {arm} at concurrency {conc}: {bad} of {len(prompts)} differ "
+                      "from a plain server")
+                mism += bad
+        finally:
+            srv.stop()
+    sys.exit(1 if mism else 0)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--target", required=True)
@@ -89,7 +165,10 @@ def main():
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--spec-k", type=int, default=8)
+    ap.add_argument("--identity", type=int, default=0)
     a = ap.parse_args()
+    if a.identity:
+        return identity(a)
     arms = {"plain": [], "lookup": ["--lookup", "--spec-k", str(a.spec_k)]}
     if a.draft:
         arms["draft"] = ["--draft", a.draft, "--spec-k", str(a.spec_k)]

@@ -18,10 +18,12 @@
 #include "eval/bench.h"
 #include "model/forward.h"
 #include "model/generation.h"
+#include "model/kv_blocks.h"
 #include "model/model_chat.h"
 #include "model/model_source.h"
 #include "model/model_tokenizer.h"
 #include "model/speculate.h"
+#include "serve/prompt_cache.h"
 
 namespace tq::cli {
 namespace {
@@ -36,6 +38,7 @@ struct GenerateOptions {
   bool has_system = false;
   bool json = false;
   SpecOptions spec;
+  std::string prompt_cache;  // a prompt-cache directory (tq serve --prompt-cache-dir's store)
   RuntimeOptions runtime;
 };
 
@@ -78,6 +81,38 @@ void write_out(const std::string& s) {
   std::fflush(stdout);
 }
 
+// Prefill through the prompt cache in o.prompt_cache (tq serve's store and arithmetic): the
+// leading blocks found there are copied in, the rest prefilled in the server's chunks, and the
+// prompt's full blocks written back. Returns the tokens reused.
+Result<int64_t> prefill_cached(const GenerateOptions& o, const ModelSource& m,
+                               const Transformer& model, std::span<const int32_t> prompt,
+                               KvCache& cache, std::span<float> logits) {
+  constexpr int64_t kChunk = 128;  // tq serve's default --prefill-chunk
+  TQ_TRY(KvBlockShape shape, kv_block_shape(cache, model.config()));
+  TQ_TRY(serve::Digest fp,
+         serve::prompt_cache_fingerprint(m.path, serve::prompt_cache_runtime(o.runtime)));
+  TQ_TRY(auto pc, serve::PromptCache::open({fp, shape, o.prompt_cache, 0, TQ_VERSION}));
+  const auto len = static_cast<int64_t>(prompt.size());
+  const auto keys = pc->chain(prompt);
+  const auto found = pc->lookup(prompt, keys, (len - 1) / serve::kBlockTokens);
+  const int64_t h = serve::usable_cached_blocks(static_cast<int64_t>(found.size()), len, kChunk);
+  for (int64_t b = 0; b < h; ++b) kv_block_write(cache, shape, b, *found[b]);
+  cache.n = h * serve::kBlockTokens;
+  while (cache.n < len) {
+    const int64_t end = std::min(len, (cache.n / kChunk + 1) * kChunk);
+    TQ_CHECK_OK(model.forward(prompt.subspan(cache.n, end - cache.n), cache, logits, false));
+  }
+  for (int64_t b = 0; b < len / serve::kBlockTokens; ++b) {
+    if (pc->touch(keys[b])) continue;
+    auto bytes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(shape.bytes()));
+    kv_block_read(cache, shape, b, *bytes);
+    pc->insert(prompt, keys, b, std::move(bytes));
+  }
+  TQ_TRY(serve::Durable durable, pc->flush());
+  (void)durable;
+  return h * serve::kBlockTokens;
+}
+
 Status run_generate(const GenerateOptions& o) {
   TQ_CHECK_OK(validate(o.sampling));
   if (o.max_tokens < 1) return err("--max-tokens must be >= 1, got {}", o.max_tokens);
@@ -90,7 +125,10 @@ Status run_generate(const GenerateOptions& o) {
   // A chat template writes its own BOS; a plain prompt gets the post-processor's (mlx-lm).
   std::vector<int32_t> prompt = tok.encode(text, /*add_special=*/!o.chat);
   if (prompt.empty()) return err("the prompt is empty after tokenization");
-  TQ_TRY(auto model, Transformer::load(m, o.runtime));
+  RuntimeOptions rt = o.runtime;
+  // The server's arithmetic, so that blocks from tq serve and from here are the same bits.
+  if (!o.prompt_cache.empty()) rt.batch_invariant = true;
+  TQ_TRY(auto model, Transformer::load(m, rt));
   const int64_t vocab = model->config().vocab_size;
   for (int32_t id : prompt) {
     if (id < 0 || id >= vocab)
@@ -109,7 +147,12 @@ Status run_generate(const GenerateOptions& o) {
   KvCache cache = model->new_cache(capacity);
   std::vector<float> logits(static_cast<size_t>((k_max + 1) * vocab));
   const auto t_prefill = Clock::now();
-  TQ_CHECK_OK(model->forward(prompt, cache, logits, /*all_logits=*/false));
+  int64_t cached = 0;
+  if (o.prompt_cache.empty()) {
+    TQ_CHECK_OK(model->forward(prompt, cache, logits, /*all_logits=*/false));
+  } else {
+    TQ_TRY(cached, prefill_cached(o, m, *model, prompt, cache, logits));
+  }
   const double prefill_s = seconds_since(t_prefill);
 
   // As mlx-lm prints generations: its BPE detokenizer drops the first leading space.
@@ -154,6 +197,8 @@ Status run_generate(const GenerateOptions& o) {
         fmt::format(" | {}: {}/{} proposals accepted, {:.2f} tokens per forward",
                     spec->proposer().name(), st.accepted, st.proposed, st.tokens_per_step());
   }
+  if (!o.prompt_cache.empty())
+    spec_line += fmt::format(" | prompt cache: {} tokens reused", cached);
   std::fprintf(stderr,
                "tq generate: prompt %zu tokens, %.1f tok/s | generated %lld tokens, %.1f tok/s | "
                "stop: %s | load %.2f s%s\n",
@@ -186,6 +231,9 @@ const bool kRegistered = register_verb(
        app.add_flag("--json", o->json,
                     "print one JSON object (prompt, token ids, text, speeds) instead of streaming");
        add_spec_flags(app, &o->spec);
+       app.add_option("--prompt-cache", o->prompt_cache,
+                      "reuse and keep the prompt's KV blocks in this directory (tq serve "
+                      "--prompt-cache-dir's store; the server's arithmetic)");
        add_runtime_flags(app, &o->runtime);
        return [o] { return run_generate(*o); };
      }});

@@ -22,6 +22,8 @@ Status check(const serve::ServeOptions& o) {
   if (!(o.drain_timeout_s >= 0)) return err("--drain-timeout must be >= 0");
   if (!(o.upload_timeout_s > 0)) return err("--upload-timeout must be > 0");
   if (!(o.keep_alive_s > 0)) return err("--sse-keep-alive must be > 0");
+  if (!o.prompt_cache_dir.empty() && !o.prompt_cache)
+    return err("--prompt-cache-dir needs the prompt cache (drop --no-prompt-cache)");
   return ok_status();
 }
 
@@ -74,6 +76,19 @@ const bool kRegistered = register_verb(
        app.add_option("--sse-keep-alive", o->keep_alive_s,
                       "longest silence on a stream, in seconds (then an SSE comment)")
            ->capture_default_str();
+       app.add_flag("!--no-prompt-cache", o->prompt_cache,
+                    "do not reuse the KV blocks of earlier prompts' shared prefixes");
+       app.add_option("--prompt-cache-dir", o->prompt_cache_dir,
+                      "keep prompt-cache blocks as files here (flushed on SIGINT/SIGTERM and "
+                      "POST /admin/cache/flush; found again after a restart)");
+       app.add_option_function<std::string>(
+           "--prompt-cache-disk",
+           [o](const std::string& v) {
+             auto b = parse_byte_size(v, "--prompt-cache-disk");
+             if (!b) throw CLI::ValidationError(b.error().message);
+             o->prompt_cache_disk = *b;
+           },
+           "bytes the --prompt-cache-dir files may take, e.g. 20GiB (default: no bound)");
        add_runtime_flags(app, &o->runtime);
        add_spec_flags(app, &o->spec);
        return [o]() -> Status {

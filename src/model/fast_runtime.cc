@@ -27,6 +27,7 @@
 #include "kernels/ops.h"
 #include "kernels/packed_matmul.h"
 #include "kernels/vec_ops.h"
+#include "model/kv_blocks.h"
 #include "model/layer.h"
 #include "model/read_ahead.h"
 #include "model/rope.h"
@@ -55,7 +56,7 @@ constexpr int64_t kAutoBlasMinTokens = 48;
 // On CPUs with AMX, int8 products of this many tokens and more go through the tile kernel.
 constexpr int64_t kAmxMinTokens = 16;
 // From this many tokens on, attention runs in blocks of queries over transposed keys.
-constexpr int64_t kBlockAttnMinTokens = 8;
+constexpr int64_t kBlockAttnMinTokens = kPrefillSameBitsMinTokens;
 
 // Positions a layer's keys have room for per KV head: whole blocks of 16.
 int64_t kv_stride(int64_t capacity) { return (capacity + 15) / 16 * 16; }

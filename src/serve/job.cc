@@ -51,6 +51,7 @@ void Job::finish(std::string reason, const JobTimings& t, std::string error) {
     out_.finish_reason = std::move(reason);
     out_.error = std::move(error);
     out_.timings = t;
+    out_.cached_tokens = cached;
   }
   cv_.notify_all();
 }

@@ -53,6 +53,7 @@ struct JobOutput {
   std::string finish_reason;      // the job's: "error" or "cancelled" when any choice ended so
   std::string error;              // when finish_reason is "error" or "cancelled"
   int64_t completion_tokens = 0;  // all choices together
+  int64_t cached_tokens = 0;      // prompt tokens taken from the prompt cache
   JobTimings timings;
 };
 
@@ -70,6 +71,7 @@ struct Job {
   // Scheduler side only (its thread alone touches these).
   int choices_left = 0;
   int64_t generated = 0;   // tokens of the finished choices
+  int64_t cached = 0;      // prompt tokens taken from the prompt cache
   std::string end_reason;  // the first abnormal end of a choice ("cancelled", "error"), if any
   std::string end_error;
   Clock::time_point admitted{}, first_token{};

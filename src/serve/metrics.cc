@@ -82,6 +82,28 @@ std::string Metrics::prometheus() const {
   ttft.write(s, "tq_time_to_first_token_seconds", "Arrival to first token, per request.");
   itl.write(s, "tq_inter_token_latency_seconds", "Time between a sequence's consecutive tokens.");
   queue_time.write(s, "tq_queue_time_seconds", "Arrival to admission, per request.");
+  if (prompt_cache != nullptr) {
+    const PromptCacheStats c = prompt_cache->stats();
+    one("tq_prompt_cache_queries_total", "counter", "Prompts looked up in the prompt cache.",
+        c.queries);
+    one("tq_prompt_cache_hits_total", "counter", "Lookups that reused at least one block.", c.hits);
+    one("tq_prompt_cache_hit_tokens_total", "counter", "Prompt tokens not recomputed.",
+        c.hit_tokens);
+    one("tq_prompt_cache_evictions_total", "counter", "Blocks dropped from memory (LRU).",
+        c.evictions);
+    one("tq_prompt_cache_blocks", "gauge", "Blocks the prompt cache holds in memory.",
+        c.memory_blocks);
+    one("tq_prompt_cache_bytes", "gauge", "Bytes of those blocks.", c.memory_bytes);
+    one("tq_prompt_cache_disk_blocks", "gauge", "Block files on disk.", c.disk_blocks);
+    one("tq_prompt_cache_disk_bytes", "gauge", "Bytes of those files.", c.disk_bytes);
+    one("tq_prompt_cache_disk_reads_total", "counter", "Blocks read back from disk (verified).",
+        c.disk_reads);
+    one("tq_prompt_cache_disk_writes_total", "counter", "Block files written.", c.disk_writes);
+    one("tq_prompt_cache_disk_evictions_total", "counter", "Block files removed (disk bound).",
+        c.disk_evictions);
+    one("tq_prompt_cache_quarantined_total", "counter",
+        "Block files that failed verification, moved to quarantine.", c.quarantined);
+  }
   return s;
 }
 

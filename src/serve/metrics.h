@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "serve/prompt_cache.h"
+
 namespace tq::serve {
 
 // A Prometheus histogram of seconds with fixed buckets (cumulative counts are written out).
@@ -48,7 +50,8 @@ struct Metrics {
   std::array<std::atomic<int64_t>, 11> http{};  // per kStatus, then any other
   Histogram ttft;                               // arrival to first token, per request that got one
   Histogram itl;                                // between consecutive tokens of a sequence
-  Histogram queue_time;  // arrival to admission (or to its end while waiting)
+  Histogram queue_time;                       // arrival to admission (or to its end while waiting)
+  const PromptCache* prompt_cache = nullptr;  // its counters, when the server has one
 
   void count_finish(std::string_view reason);
   void count_http(int status);

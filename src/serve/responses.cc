@@ -15,11 +15,11 @@ nlohmann::json head_json(const ResponseHead& h, const char* chat_object,
 
 }  // namespace
 
-nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
           {"total_tokens", prompt_tokens + completion_tokens},
-          {"prompt_tokens_details", {{"cached_tokens", 0}}}};
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
 nlohmann::json timings_json(const JobTimings& t) {
@@ -53,7 +53,7 @@ nlohmann::json completion_body(const ResponseHead& h, const std::vector<ChoiceRe
     choice["finish_reason"] = choices[i].finish_reason;
     j["choices"].push_back(std::move(choice));
   }
-  j["usage"] = usage_json(prompt_tokens, out.completion_tokens);
+  j["usage"] = usage_json(prompt_tokens, out.completion_tokens, out.cached_tokens);
   j["timings"] = timings_json(out.timings);
   return j;
 }
@@ -98,7 +98,7 @@ nlohmann::json usage_chunk_body(const ResponseHead& h, int64_t prompt_tokens,
                                 const JobOutput& out) {
   nlohmann::json j = head_json(h, "chat.completion.chunk", "text_completion");
   j["choices"] = nlohmann::json::array();
-  j["usage"] = usage_json(prompt_tokens, out.completion_tokens);
+  j["usage"] = usage_json(prompt_tokens, out.completion_tokens, out.cached_tokens);
   j["timings"] = timings_json(out.timings);
   return j;
 }

@@ -23,7 +23,8 @@ struct ResponseHead {
   Endpoint endpoint = Endpoint::kChat;
 };
 
-nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens,
+                          int64_t cached_tokens = 0);
 nlohmann::json timings_json(const JobTimings& t);
 
 // One choice of a response that did not stream.

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "model/kv_blocks.h"
 #include "serve/logprobs.h"
 
 namespace tq::serve {
@@ -20,12 +21,13 @@ struct Scheduler::Seq {
   KvCache cache;
   Generation gen;
   std::vector<float> logits;
-  int choice = 0;         // which of the job's `n` choices
-  int forks = 0;          // choices still to fork from this one when its prefill ends
-  int64_t blocks = 0;     // KV blocks held (a sequence that forks: its choices' too, until then)
-  int64_t prefilled = 0;  // prompt tokens in the cache
-  int64_t chunk = 0;      // prompt tokens fed this step (0: a decode row)
-  int32_t last = -1;      // the token to feed next (decode)
+  int choice = 0;            // which of the job's `n` choices
+  int forks = 0;             // choices still to fork from this one when its prefill ends
+  int64_t blocks = 0;        // KV blocks held (a sequence that forks: its choices' too, until then)
+  int64_t prefilled = 0;     // prompt tokens in the cache
+  std::vector<Digest> keys;  // the prompt's block chain (with a prompt cache)
+  int64_t chunk = 0;         // prompt tokens fed this step (0: a decode row)
+  int32_t last = -1;         // the token to feed next (decode)
   Clock::time_point last_emit{};
   // Speculation: the proposer, the prompt and tokens so far, this step's fed tokens.
   std::unique_ptr<Speculator> spec;
@@ -93,10 +95,10 @@ void Scheduler::end_job(Job& j, const char* reason, std::string error) {
   t.spec_accepted = j.spec_accepted;
   if (o_.log)
     std::fprintf(stderr,
-                 "tq serve: %s prompt=%zu completion=%lld cached=0 queue=%.1fms prefill=%.1fms "
+                 "tq serve: %s prompt=%zu completion=%lld cached=%lld queue=%.1fms prefill=%.1fms "
                  "decode=%.1fms finish=%s\n",
-                 j.id.c_str(), j.prompt.size(), static_cast<long long>(j.generated), t.queue_ms,
-                 t.prefill_ms, t.decode_ms, reason);
+                 j.id.c_str(), j.prompt.size(), static_cast<long long>(j.generated),
+                 static_cast<long long>(j.cached), t.queue_ms, t.prefill_ms, t.decode_ms, reason);
   j.finish(reason, t, std::move(error));
 }
 
@@ -158,6 +160,7 @@ void Scheduler::run() {
         m_.kv_blocks_used = blocks_used_;
         m_.prompt_tokens += len;
         m_.kv_bytes += s->cache.bytes();
+        if (o_.prompt_cache != nullptr) reuse_cached(*s);
         running.push_back(std::move(s));
       }
       running_count_ = static_cast<int64_t>(running.size());
@@ -232,6 +235,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Seq>>& running) {
     if (s->chunk > 0) {
       s->prefilled += s->chunk;
       if (!s->decoding()) continue;  // more prompt to go: these logits are not wanted
+      if (o_.prompt_cache != nullptr) store_cached(*s);
       // `n` choices share the prefill: each fork starts from a copy of its cache and logits.
       const int64_t own = s->blocks / (1 + s->forks);
       for (int i = 1; i <= s->forks; ++i) {
@@ -287,6 +291,39 @@ void Scheduler::take_checked_rows(Seq& s, double step_s) {
   s.spec->record(proposed, accepted, taken, step_s);
   if (proposed > 0) ++m_.spec_checks;
   m_.spec_proposed += proposed, m_.spec_accepted += accepted;
+}
+
+int64_t Scheduler::cache_room() const {
+  if (o_.kv_blocks == 0) return 4096;  // no budget: a fixed bound
+  return std::max<int64_t>(0, o_.kv_blocks - blocks_used_);
+}
+
+void Scheduler::reuse_cached(Seq& s) {
+  PromptCache& pc = *o_.prompt_cache;
+  const auto& p = s.job->prompt;
+  const auto len = static_cast<int64_t>(p.size());
+  pc.evict_to(cache_room());  // the cache yields to admitted sequences
+  s.keys = pc.chain(p);
+  auto found = pc.lookup(p, s.keys, (len - 1) / kKvBlock);
+  const int64_t h = usable_cached_blocks(static_cast<int64_t>(found.size()), len, o_.prefill_chunk);
+  for (int64_t b = 0; b < h; ++b) kv_block_write(s.cache, pc.shape(), b, *found[b]);
+  s.cache.n = s.prefilled = h * kKvBlock;
+  s.job->cached = h * kKvBlock;
+  pc.count_query(h);
+  pc.evict_to(cache_room());  // blocks promoted from disk
+}
+
+void Scheduler::store_cached(Seq& s) {
+  PromptCache& pc = *o_.prompt_cache;
+  const int64_t full = static_cast<int64_t>(s.job->prompt.size()) / kKvBlock;
+  if (cache_room() == 0 && !pc.has_disk()) return;  // it would be dropped at once
+  for (int64_t b = 0; b < full; ++b) {
+    if (pc.touch(s.keys[b])) continue;
+    auto bytes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(pc.shape().bytes()));
+    kv_block_read(s.cache, pc.shape(), b, *bytes);
+    pc.insert(s.job->prompt, s.keys, b, std::move(bytes));
+  }
+  pc.evict_to(cache_room());
 }
 
 int32_t Scheduler::emit(Seq& s, std::span<float> row) {

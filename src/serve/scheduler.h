@@ -10,6 +10,11 @@
 // its choices) fit beside those the running sequences hold; each sequence's cache has exactly
 // its blocks, allocated at admission and freed when it ends (one pool of counted blocks; the
 // blocks of one sequence are contiguous).
+// With a prompt cache: at admission the leading full blocks of the prompt found in the cache
+// are copied into the sequence's cache (copied, not shared: a sequence's blocks are one
+// contiguous allocation) and the rest is prefilled; when its prefill ends, its full prompt
+// blocks go into the cache. Cached blocks count against the same KV budget and are evicted
+// (least recently used) before a request would wait for them.
 #pragma once
 
 #include <condition_variable>
@@ -23,6 +28,7 @@
 #include "model/speculate.h"
 #include "serve/job.h"
 #include "serve/metrics.h"
+#include "serve/prompt_cache.h"
 #include "text/tokenizer.h"
 
 namespace tq::serve {
@@ -42,6 +48,7 @@ struct SchedulerOptions {
   // Speculative decoding: each sequence's proposer (null: none). Decode rows then carry their
   // proposals as per_token rows; a sequence's tokens stay those of plain decoding.
   SpeculatorFactory speculate;
+  PromptCache* prompt_cache = nullptr;  // not owned; null: none
 };
 
 class Scheduler {
@@ -69,6 +76,9 @@ class Scheduler {
   void take_checked_rows(Seq& s, double step_s);
   void retire(Seq& s, const char* reason, std::string error = {});
   void end_job(Job& j, const char* reason, std::string error = {});
+  void reuse_cached(Seq& s);   // at admission: the prompt's cached blocks into its cache
+  void store_cached(Seq& s);   // at the end of its prefill: its full prompt blocks into the cache
+  int64_t cache_room() const;  // blocks the prompt cache may hold now
   static GenerationOptions choice_options(const Job& j, int choice);
 
   const Transformer& model_;

@@ -1,6 +1,7 @@
 #include "serve/server.h"
 
 #include <httplib.h>
+#include <malloc.h>
 #include <signal.h>
 
 #include <atomic>
@@ -16,6 +17,7 @@
 
 #include "base/byte_size.h"
 #include "base/proc_memory.h"
+#include "model/kv_blocks.h"
 #include "model/model_chat.h"
 #include "model/model_source.h"
 #include "model/model_tokenizer.h"
@@ -104,10 +106,48 @@ class Service {
     TQ_TRY(so.speculate, make_speculator_factory(o_.spec, *model_, *tok_, o_.runtime));
     TQ_TRY(so.kv_blocks, plan_memory());
     info_.kv_blocks = so.kv_blocks;
+    TQ_CHECK_OK(open_prompt_cache(m));
+    so.prompt_cache = cache_.get();
+    metrics_.prompt_cache = cache_.get();
     scheduler_ = std::make_unique<Scheduler>(*model_, *tok_, so, metrics_);
     phase_ = Phase::kReady;
     return ok_status();
   }
+
+  // The prompt cache, when on and the model allows it (a log line says why not).
+  Status open_prompt_cache(const ModelSource& m) {
+    if (!o_.prompt_cache) return ok_status();
+    auto off = [](const std::string& why) {
+      std::fprintf(stderr, "tq serve: prompt cache off: %s\n", why.c_str());
+      return ok_status();
+    };
+    auto shape = kv_block_shape(model_->new_cache(kKvBlock), model_->config());
+    if (!shape.ok()) return off(shape.error().message);
+    if (o_.scheduler.prefill_chunk < kKvBlock)
+      return off("--prefill-chunk is below 16 (cached blocks need whole-block prefill chunks)");
+    const auto t0 = Clock::now();
+    TQ_TRY(Digest fp, prompt_cache_fingerprint(m.path, prompt_cache_runtime(o_.runtime)));
+    PromptCacheOptions po{fp, *shape, o_.prompt_cache_dir, o_.prompt_cache_disk, TQ_VERSION};
+    TQ_TRY(cache_, PromptCache::open(po));
+    const PromptCacheStats st = cache_->stats();
+    std::fprintf(stderr,
+                 "tq serve: prompt cache: blocks of %lld positions, %s each, in the KV budget%s "
+                 "(fingerprint %.0f ms)\n",
+                 static_cast<long long>(kKvBlock), format_bytes(shape->bytes()).c_str(),
+                 o_.prompt_cache_dir.empty()
+                     ? ""
+                     : fmt::format("; disk {}: {} blocks ({}) found", o_.prompt_cache_dir,
+                                   st.disk_blocks, format_bytes(st.disk_bytes))
+                           .c_str(),
+                 std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    return ok_status();
+  }
+  // Writes every dirty block (the durability boundary); what is on disk now.
+  Result<Durable> flush_cache() {
+    if (!cache_) return Durable{};
+    return cache_->flush();
+  }
+  bool has_disk_cache() const { return cache_ && cache_->has_disk(); }
 
   // Splits the memory budget: what the process holds after a warm-up step at the largest step
   // size (weights, scratch), per-sequence buffers, and the rest as KV blocks (returned).
@@ -179,6 +219,7 @@ class Service {
   std::optional<ChatPrompter> prompter_;
   ModelInfo info_;
   std::unique_ptr<Transformer> model_;
+  std::unique_ptr<PromptCache> cache_;  // before the scheduler, which uses it
   std::unique_ptr<Scheduler> scheduler_;
   Metrics metrics_;
   std::atomic<uint64_t> ids_{0};
@@ -461,6 +502,19 @@ void Service::install(httplib::Server& svr) {
            [this](const Request& req, Response& res, const httplib::ContentReader& reader) {
              completion(req, res, reader, Endpoint::kCompletion);
            });
+  // The durability boundary: every dirty block written; answers what is on disk now.
+  svr.Post("/admin/cache/flush", [this](const Request&, Response& res) {
+    if (!has_disk_cache())
+      return send_error(res, ApiError{400, "the server has no --prompt-cache-dir to flush to",
+                                      "invalid_request_error", std::nullopt, "no_cache_dir"});
+    auto d = flush_cache();
+    if (!d.ok())
+      return send_error(
+          res, ApiError{500, d.error().message, "server_error", std::nullopt, "internal_error"});
+    send_json(res,
+              {{"durable", {{"blocks", d->blocks}, {"tokens", d->tokens}, {"bytes", d->bytes}}},
+               {"written", d->written}});
+  });
   svr.Post("/tokenize", [this](const Request& req, Response& res) {
     auto r = parse_tokenize_request(req.body);
     if (auto* e = std::get_if<ApiError>(&r)) return send_error(res, *e);
@@ -500,6 +554,10 @@ Status run_server(const ServeOptions& o) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not a death
+  // KV caches and cached blocks (hundreds of KiB each) get their own mappings, returned when
+  // freed: glibc's adaptive threshold would move them into the heap, where freed ones can stay
+  // resident beyond the budget.
+  mallopt(M_MMAP_THRESHOLD, 128 << 10);
 
   TQ_TRY(ModelSource m, open_model(o.model));
   Service service(o);
@@ -549,6 +607,13 @@ Status run_server(const ServeOptions& o) {
   service.shutdown();
   svr.stop();
   http.join();
+  if (service.has_disk_cache()) {  // SIGINT/SIGTERM: what is cached becomes durable
+    auto d = service.flush_cache();
+    if (!d.ok()) return d.error();
+    std::fprintf(stderr, "tq serve: prompt cache flushed: %lld blocks (%s) durable in %s\n",
+                 static_cast<long long>(d->blocks), format_bytes(d->bytes).c_str(),
+                 o.prompt_cache_dir.c_str());
+  }
   if (failed && !signalled) return err("the HTTP server stopped unexpectedly");
   std::fprintf(stderr, "tq serve: stopped (peak resident memory %s)\n",
                format_bytes(peak_resident_bytes()).c_str());

@@ -23,8 +23,11 @@ struct ServeOptions {
   double drain_timeout_s = 30;
   uint64_t memory_budget = 0;  // bytes: weights, scratch and KV blocks (0: from free memory)
   size_t max_body_bytes = size_t{4} << 20;
-  double upload_timeout_s = 30;  // a request body must arrive within this (408 after)
-  double keep_alive_s = 5;       // longest silence on an open stream (an SSE comment then)
+  double upload_timeout_s = 30;    // a request body must arrive within this (408 after)
+  double keep_alive_s = 5;         // longest silence on an open stream (an SSE comment then)
+  bool prompt_cache = true;        // reuse cached prompt blocks (memory tier)
+  std::string prompt_cache_dir;    // the disk tier: block files (empty: memory only)
+  uint64_t prompt_cache_disk = 0;  // bytes the disk tier may hold (0: no bound)
   SchedulerOptions scheduler;
   RuntimeOptions runtime;
   SpecOptions spec;  // speculative decoding (--lookup / --draft)

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""bench/prompt-cache: what `tq serve`'s prompt cache does to time to first token.
+
+turns:   a 10-turn chat with a ~1k-token system prompt (greedy, 32-token answers kept in the
+         conversation), TTFT per turn against tq serve without the cache, with it, and (with
+         --llama GGUF) llama.cpp's llama-server, which keeps a slot's KV between turns.
+restart: a ~2k-token prompt cold, then again after POST /admin/cache/flush, SIGKILL and a
+         restart on the same --prompt-cache-dir (the issue's target: at least 5x lower TTFT),
+         its output compared token for token.
+crash:   RUNS cycles, each SIGKILLing the server at a random moment during a flush or while
+         blocks are written: every restart must succeed, find every block the last
+         acknowledged flush listed, and answer every earlier prompt as it did cold.
+
+Usage: bench/prompt_cache.py MODEL [--llama GGUF] [--threads 2] [--what turns,restart,crash]
+                             [--runs 50] [--json FILE]
+Run it alone (flock /tmp/tq-bench.lock on a shared machine).
+"""
+import argparse
+import json
+import os
+import pathlib
+import random
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from serve_load import CACHE, ROOT, Proc, free_port  # noqa: E402
+
+import http.client  # noqa: E402
+
+WORDS = ("river stone lantern copper orchard violet harbor meadow signal winter candle granite "
+         "falcon ember thistle quartz market bridge garden tower valley forest island").split()
+
+
+def text(n, seed):
+    rnd = random.Random(seed)
+    return " ".join(rnd.choice(WORDS) for _ in range(n))
+
+
+def post(port, path, body, stream=False):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
+    t0 = time.perf_counter()
+    c.request("POST", path, json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    if not stream:
+        return json.loads(r.read()), time.perf_counter() - t0
+    ttft, out, usage = None, [], None
+    while True:
+        line = r.readline()
+        if not line:
+            break
+        line = line.strip()
+        if not line.startswith(b"data: ") or line == b"data: [DONE]":
+            if line == b"data: [DONE]":
+                break
+            continue
+        ev = json.loads(line[6:])
+        usage = ev.get("usage") or usage
+        ch = ev.get("choices") or []
+        piece = ch and (ch[0].get("text") or (ch[0].get("delta") or {}).get("content"))
+        if piece:
+            if ttft is None:
+                ttft = time.perf_counter() - t0
+            out.append(piece)
+    return {"text": "".join(out), "usage": usage}, ttft
+
+
+def tq_proc(a, name, *extra):
+    port = free_port()
+    return Proc(name, [a.tq_bin, "serve", a.model, "--port", str(port), "--threads",
+                       str(a.threads), "--ctx", "4096", "--max-seqs", "1", *extra],
+                port, "/health/ready")
+
+
+def turns(a):
+    system = text(760, 1)  # about 1k tokens
+    arms = {"tq (no cache)": lambda: tq_proc(a, "tq_nocache", "--no-prompt-cache"),
+            "tq (cache)": lambda: tq_proc(a, "tq_cache")}
+    if a.llama:
+        exe = sorted((CACHE / "llama.cpp-native").glob("*/bin/llama-server"))[-1]
+
+        def llama():
+            port = free_port()
+            return Proc("llama", [str(exe), "-m", a.llama, "--port", str(port), "-t",
+                                  str(a.threads), "-tb", str(a.threads), "-np", "1", "-c", "4096",
+                                  "--no-webui"], port, "/health")
+        arms["llama-server"] = llama
+    res = {}
+    for name, make in arms.items():
+        p = make()
+        try:
+            msgs = [{"role": "system", "content": system}]
+            per = []
+            for t in range(10):
+                msgs.append({"role": "user", "content": f"Question {t}: " + text(20, 100 + t)})
+                body = {"messages": msgs, "max_tokens": 32, "temperature": 0, "stream": True,
+                        "stream_options": {"include_usage": True}}
+                out, ttft = post(p.port, "/v1/chat/completions", body, stream=True)
+                msgs.append({"role": "assistant", "content": out["text"]})
+                u = out["usage"] or {}
+                cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens")
+                per.append({"turn": t + 1, "ttft_ms": round(1e3 * ttft, 1),
+                            "prompt_tokens": u.get("prompt_tokens"), "cached_tokens": cached})
+            res[name] = per
+            print(json.dumps({"arm": name, "turns": per}), flush=True)
+        finally:
+            p.stop()
+    return res
+
+
+def restart(a):
+    d = tempfile.mkdtemp(prefix="tq_pcache_")
+    try:
+        prompt = text(1600, 7)  # about 2k tokens
+        body = {"prompt": prompt, "max_tokens": 16, "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True}}
+        p = tq_proc(a, "tq_restart", "--prompt-cache-dir", d)
+        cold, cold_ttft = post(p.port, "/v1/completions", body, stream=True)
+        flushed, flush_s = post(p.port, "/admin/cache/flush", {})
+        os.killpg(p.p.pid, signal.SIGKILL)
+        p.p.wait()
+        t0 = time.perf_counter()
+        p = tq_proc(a, "tq_restart2", "--prompt-cache-dir", d)
+        start_s = time.perf_counter() - t0
+        try:
+            warm, warm_ttft = post(p.port, "/v1/completions", body, stream=True)
+        finally:
+            p.stop()
+        r = {"prompt_tokens": cold["usage"]["prompt_tokens"],
+             "cached_tokens": warm["usage"]["prompt_tokens_details"]["cached_tokens"],
+             "cold_ttft_ms": round(1e3 * cold_ttft, 1), "restart_ttft_ms": round(1e3 * warm_ttft, 1),
+             "speedup": round(cold_ttft / warm_ttft, 2), "same_output": warm["text"] == cold["text"],
+             "flush": flushed["durable"], "flush_ms": round(1e3 * flush_s, 1),
+             "restart_ready_s": round(start_s, 2)}
+        print(json.dumps({"restart": r}), flush=True)
+        return r
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def crash(a):
+    d = tempfile.mkdtemp(prefix="tq_pcache_crash_")
+    rnd = random.Random(11)
+    want, acknowledged, fails = {}, 0, []
+    try:
+        for run in range(a.runs):
+            p = tq_proc(a, "tq_crash", "--prompt-cache-dir", d, "--memory-budget", "600MiB")
+            try:
+                m = metrics(p.port)
+                if m["tq_prompt_cache_disk_blocks"] < acknowledged:
+                    fails.append(f"run {run}: {m['tq_prompt_cache_disk_blocks']} blocks on disk, "
+                                 f"{acknowledged} acknowledged")
+                for q in rnd.sample(list(want), min(2, len(want))):  # earlier prompts: as cold
+                    out, _ = post(p.port, "/v1/completions", req(q), stream=True)
+                    if out["text"] != want[q]:
+                        fails.append(f"run {run}: a different answer")
+                q = text(rnd.randint(40, 300), 1000 + run)
+                out, _ = post(p.port, "/v1/completions", req(q), stream=True)
+                want[q] = out["text"]
+                r, _ = post(p.port, "/admin/cache/flush", {})
+                acknowledged = r["durable"]["blocks"]
+                # More dirty blocks, then a kill at a random moment of a flush or of a request.
+                q2 = q + " " + text(rnd.randint(20, 200), 5000 + run)
+                quietly(post, p.port, "/v1/completions", req(q2))
+                time.sleep(rnd.uniform(0, 0.4))
+                quietly(post, p.port, "/admin/cache/flush", {})
+                time.sleep(rnd.uniform(0, 0.05))
+            finally:
+                os.killpg(p.p.pid, signal.SIGKILL)
+                p.p.wait()
+        r = {"runs": a.runs, "failures": fails, "prompts": len(want)}
+        print(json.dumps({"crash": r}), flush=True)
+        return r
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def quietly(f, *args):
+    """Runs f in a thread; the server may be killed under it."""
+    def run():
+        try:
+            f(*args)
+        except (OSError, ValueError, http.client.HTTPException):
+            pass
+    threading.Thread(target=run, daemon=True).start()
+
+
+def req(prompt):
+    return {"prompt": prompt, "max_tokens": 8, "temperature": 0, "stream": True}
+
+
+def metrics(port):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/metrics")
+    out = {}
+    for line in c.getresponse().read().decode().splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("model")
+    ap.add_argument("--llama", help="GGUF for llama-server (turns)")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--what", default="turns,restart,crash")
+    ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--json")
+    ap.add_argument("--tq-bin", default=str(ROOT / "build" / "tq"))
+    a = ap.parse_args()
+    out = {}
+    for w in a.what.split(","):
+        out[w] = {"turns": turns, "restart": restart, "crash": crash}[w](a)
+    if a.json:
+        pathlib.Path(a.json).write_text(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
