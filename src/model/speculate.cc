@@ -126,8 +126,15 @@ int Speculator::choose_k() const {
 }
 
 Result<std::vector<int32_t>> Speculator::next(std::span<const int32_t> history, int64_t room) {
-  int k = choose_k();
-  if (k == 0 && ++idle_ >= 16) k = 1;  // a probe: has acceptance come back?
+  ++steps_;
+  // A plain step now and then measures what checks are compared with (a draft always has
+  // proposals, so its plain steps would otherwise never be timed).
+  const bool measure = costs_->seconds(1) == 0 || steps_ % 64 == 0;
+  int k = measure ? 0 : choose_k();
+  if (k == 0 && !measure && ++idle_ >= probe_every_) {  // a probe: has acceptance come back?
+    k = 1;
+    probe_ = true;
+  }
   k = static_cast<int>(std::min<int64_t>(k, room));
   k_ = k;
   if (k <= 0) return std::vector<int32_t>();
@@ -138,6 +145,9 @@ void Speculator::record(int proposed, int accepted, int produced, double seconds
   costs_->record(proposed + 1, seconds);
   if (proposed > 0) {
     idle_ = 0;
+    // Probes that fail come further apart (up to every 256 steps); a taken one resets them.
+    if (probe_) probe_every_ = accepted == 0 ? std::min(2 * probe_every_, 256) : 16;
+    probe_ = false;
     hit_ = 0.95 * hit_ + accepted;
     miss_ = 0.95 * miss_ + (accepted < proposed ? 1.0 : 0.0);
     ++stats_.checks;

@@ -119,7 +119,10 @@ class Speculator {
   std::unique_ptr<Proposer> p_;
   int max_k_;
   int k_ = 0;
-  int idle_ = 0;               // plain steps in a row since a check
+  int idle_ = 0;  // plain steps in a row since a check
+  int probe_every_ = 16;
+  bool probe_ = false;
+  int64_t steps_ = 0;          // next() calls
   double hit_ = 0, miss_ = 0;  // decayed counts of accepted / first-rejected proposals
   std::shared_ptr<StepCosts> costs_;
   SpecStats stats_;

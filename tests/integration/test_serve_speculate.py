@@ -36,7 +36,7 @@ def _complete(srv, prompts, concurrent, **extra):
     c = openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0, timeout=120)
 
     def one(p):
-        r = c.completions.create(model=smollm_id, prompt=p, max_tokens=40, **({"temperature": 0} | extra))
+        r = c.completions.create(model=smollm_id, prompt=p, max_tokens=32, **({"temperature": 0} | extra))
         return [ch.text for ch in r.choices]
     if not concurrent:
         return [one(p) for p in prompts]

@@ -77,9 +77,12 @@ TEST(Speculator, StopsCheckingWhenNothingIsAcceptedAndProbesNowAndThen) {
   const SpecStats before = s.stats();
   run_steps(s, 64, 0.0, 1.0, 0.05);
   const int64_t checks = s.stats().checks - before.checks;
-  EXPECT_GE(checks, 2);  // the probes
-  EXPECT_LE(checks, 6);
+  EXPECT_GE(checks, 1);  // the probes, further apart while they fail
+  EXPECT_LE(checks, 4);
   EXPECT_EQ(s.stats().proposed - before.proposed, checks);  // one proposal each
+  const int64_t more = s.stats().checks;
+  run_steps(s, 512, 0.0, 1.0, 0.05);
+  EXPECT_LE(s.stats().checks - more, 4);
 }
 
 TEST(Speculator, NeverProposesPastTheRoomLeft) {
@@ -152,8 +155,10 @@ TEST(Speculation, GivesThePlainDecodesTokensGreedyAndSampled) {
   const Decoded drafted = generate(*m, tok, draft(), {}, 24);
   EXPECT_EQ(plain.tokens, lookup.tokens);
   EXPECT_EQ(plain.tokens, drafted.tokens);
-  EXPECT_EQ(drafted.stats.accepted, drafted.stats.proposed);  // the target drafting itself
-  EXPECT_LT(drafted.stats.steps, 24 / 2);
+  // The target drafting itself: every proposal is taken (though checks stop paying: the draft
+  // costs what the target does).
+  EXPECT_GT(drafted.stats.proposed, 0);
+  EXPECT_EQ(drafted.stats.accepted, drafted.stats.proposed);
 
   const int draws = 2000, at = 5;
   std::map<int32_t, std::pair<int, int>> counts;  // token at `at`: plain, speculative
