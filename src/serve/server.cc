@@ -166,8 +166,10 @@ class Service {
     // A sequence's recurrent state (hybrid models: DeltaNet conv and ssm states) is the same
     // size at every length; the blocks are what grows.
     const auto state = static_cast<uint64_t>(model_->new_cache(0).bytes());
+    // With speculation a decode row's logits are k + 1 rows, here and in the runtime's gather.
+    const uint64_t rows = o_.spec.any() ? 2 * static_cast<uint64_t>(o_.spec.k + 1) : 1;
     const uint64_t per_seq =
-        uint64_t{2} * sizeof(float) * static_cast<uint64_t>(info_.vocab) + state;
+        (rows + 1) * sizeof(float) * static_cast<uint64_t>(info_.vocab) + state;
     const uint64_t fixed =
         held + per_seq * static_cast<uint64_t>(o_.scheduler.max_seqs + 8) + (uint64_t{32} << 20);
     const uint64_t block = static_cast<uint64_t>(
