@@ -115,7 +115,7 @@ def turns(a):
 def restart(a):
     d = tempfile.mkdtemp(prefix="tq_pcache_")
     try:
-        prompt = text(1600, 7)  # about 2k tokens
+        prompt = text(1900, 7)  # about 2k tokens
         body = {"prompt": prompt, "max_tokens": 16, "temperature": 0, "stream": True,
                 "stream_options": {"include_usage": True}}
         p = tq_proc(a, "tq_restart", "--prompt-cache-dir", d)
@@ -145,11 +145,12 @@ def restart(a):
 def crash(a):
     d = tempfile.mkdtemp(prefix="tq_pcache_crash_")
     rnd = random.Random(11)
-    want, acknowledged, fails = {}, 0, []
+    want, acknowledged, fails, interrupted = {}, 0, [], 0
     try:
         for run in range(a.runs):
-            p = tq_proc(a, "tq_crash", "--prompt-cache-dir", d, "--memory-budget", "600MiB")
+            p = tq_proc(a, "tq_crash", "--prompt-cache-dir", d, "--memory-budget", "330MiB")
             try:
+                interrupted += "found, 0 interrupted" not in logs_of(p)
                 m = metrics(p.port)
                 if m["tq_prompt_cache_disk_blocks"] < acknowledged:
                     fails.append(f"run {run}: {m['tq_prompt_cache_disk_blocks']} blocks on disk, "
@@ -163,20 +164,31 @@ def crash(a):
                 want[q] = out["text"]
                 r, _ = post(p.port, "/admin/cache/flush", {})
                 acknowledged = r["durable"]["blocks"]
-                # More dirty blocks, then a kill at a random moment of a flush or of a request.
+                # More dirty blocks, then a kill at a random moment: even runs during a flush
+                # of them, odd ones during a request (its prefill, or the writes of blocks the
+                # small budget evicts at its admission).
                 q2 = q + " " + text(rnd.randint(20, 200), 5000 + run)
-                quietly(post, p.port, "/v1/completions", req(q2))
-                time.sleep(rnd.uniform(0, 0.4))
-                quietly(post, p.port, "/admin/cache/flush", {})
-                time.sleep(rnd.uniform(0, 0.05))
+                if run % 2 == 0:
+                    post(p.port, "/v1/completions", req(q2), stream=True)
+                    quietly(post, p.port, "/admin/cache/flush", {})
+                    time.sleep(rnd.uniform(0, 0.15))
+                else:
+                    quietly(post, p.port, "/v1/completions", req(q2))
+                    time.sleep(rnd.uniform(0, 0.5))
             finally:
                 os.killpg(p.p.pid, signal.SIGKILL)
                 p.p.wait()
-        r = {"runs": a.runs, "failures": fails, "prompts": len(want)}
+        r = {"runs": a.runs, "failures": fails, "prompts": len(want),
+             "restarts_with_interrupted_writes": interrupted}
         print(json.dumps({"crash": r}), flush=True)
         return r
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def logs_of(p):
+    p.log.flush()
+    return pathlib.Path(f"/tmp/serve_load_{p.name}.log").read_text()
 
 
 def quietly(f, *args):

@@ -149,6 +149,7 @@ Status PromptCache::rebuild_index() {
     if (!e.is_regular_file()) continue;
     if (name.find(".tmp.") != std::string::npos) {
       fs::remove(e.path(), ec);
+      ++c_.interrupted;
       continue;
     }
     Digest d{};
@@ -439,6 +440,7 @@ PromptCacheStats PromptCache::stats() const {
   s.disk_writes = c_.disk_writes;
   s.disk_evictions = c_.disk_evictions;
   s.quarantined = c_.quarantined;
+  s.interrupted = c_.interrupted;
   s.disk_blocks = c_.disk_blocks;
   s.disk_bytes = c_.disk_bytes;
   s.memory_blocks = memory_blocks();

@@ -40,6 +40,7 @@ struct PromptCacheStats {
   int64_t memory_blocks = 0, memory_bytes = 0, evictions = 0;
   int64_t disk_blocks = 0, disk_bytes = 0, disk_reads = 0, disk_writes = 0, disk_evictions = 0;
   int64_t quarantined = 0;
+  int64_t interrupted = 0;  // temporary files of interrupted writes removed at start
 };
 
 // What is on disk after a flush.
@@ -125,14 +126,15 @@ class PromptCache {
   mutable std::mutex mu_;  // the memory tier
   std::map<Digest, Entry> mem_;
   std::list<Digest> lru_;  // front: least recently used
-  std::mutex disk_mu_;     // the disk tier; never taken while mu_ is held
+  std::mutex disk_mu_;     // the disk tier; mu_ may be taken under it, never the reverse
   std::map<Digest, DiskEntry> disk_;
   std::list<Digest> disk_lru_;
   uint64_t disk_total_ = 0;
   uint64_t tmp_counter_ = 0;
   struct Counters {
     std::atomic<int64_t> queries{0}, hits{0}, hit_tokens{0}, evictions{0}, disk_reads{0},
-        disk_writes{0}, disk_evictions{0}, quarantined{0}, disk_blocks{0}, disk_bytes{0};
+        disk_writes{0}, disk_evictions{0}, quarantined{0}, disk_blocks{0}, disk_bytes{0},
+        interrupted{0};
   };
   Counters c_;
 };

@@ -89,10 +89,11 @@ void Scheduler::end_job(Job& j, const char* reason, std::string error) {
   m_.queue_time.observe(t.queue_ms / 1000);
   if (o_.log)
     std::fprintf(stderr,
-                 "tq serve: %s prompt=%zu completion=%lld cached=%lld queue=%.1fms prefill=%.1fms "
-                 "decode=%.1fms finish=%s\n",
+                 "tq serve: %s prompt=%zu completion=%lld cached=%lld (%.1fms) queue=%.1fms "
+                 "prefill=%.1fms decode=%.1fms finish=%s\n",
                  j.id.c_str(), j.prompt.size(), static_cast<long long>(j.generated),
-                 static_cast<long long>(j.cached), t.queue_ms, t.prefill_ms, t.decode_ms, reason);
+                 static_cast<long long>(j.cached), j.cache_ms, t.queue_ms, t.prefill_ms,
+                 t.decode_ms, reason);
   j.finish(reason, t, std::move(error));
 }
 
@@ -246,6 +247,7 @@ int64_t Scheduler::cache_room() const {
 
 void Scheduler::reuse_cached(Seq& s) {
   PromptCache& pc = *o_.prompt_cache;
+  const auto t0 = Clock::now();
   const auto& p = s.job->prompt;
   const auto len = static_cast<int64_t>(p.size());
   pc.evict_to(cache_room());  // the cache yields to admitted sequences
@@ -257,6 +259,7 @@ void Scheduler::reuse_cached(Seq& s) {
   s.job->cached = h * kKvBlock;
   pc.count_query(h);
   pc.evict_to(cache_room());  // blocks promoted from disk
+  s.job->cache_ms = ms_between(t0, Clock::now());
 }
 
 void Scheduler::store_cached(Seq& s) {

@@ -2,14 +2,14 @@
 the same tokens (and log-probabilities) with the cache on and off for prompts sharing prefixes
 of varying length, greedy and seeded; blocks found again after a flush and SIGKILL with
 `cached_tokens` reported; corrupt files (flipped byte, truncated, another model's) quarantined
-and never served; a few SIGKILLs during flushes that every restart survives."""
+and never served; a few SIGKILLs during flushes that every restart survives; `tq generate
+--prompt-cache` on the same store. (The 50-run crash loop is bench/prompt_cache.py.)"""
 import hashlib
 import json
-import os
-import pathlib
 import random
+import re
 import signal
-import struct
+import subprocess
 import threading
 import time
 
@@ -174,7 +174,6 @@ def test_restart_after_flush_and_sigkill_and_corrupt_files(tq_bin, smollm2_gguf,
         assert warm == cold and c >= 16 * (len(chains[3]) - 2), c
         print(f"\nrestart: {c} cached tokens; request {cold_s * 1000:.0f} ms cold, "
               f"{warm_s * 1000:.0f} ms after the restart")
-        by_len = {len(ch): ch for ch in chains[:3]}
         got = []
         for p, want in zip(three, colds):
             out, c = complete(b, p, temperature=0)
@@ -187,7 +186,6 @@ def test_restart_after_flush_and_sigkill_and_corrupt_files(tq_bin, smollm2_gguf,
         assert m["tq_prompt_cache_quarantined_total"] == 3
         assert len(list((d / "quarantine").iterdir())) == 3
         assert not list(d.glob("*.tmp.*"))
-        del by_len
     finally:
         assert b.stop() == 0
 
@@ -223,5 +221,26 @@ def test_sigkill_during_flush_never_loses_acknowledged_blocks(tq_bin, smollm2_gg
             got, c = complete(s, p, temperature=0)
             assert got == out and c > 0
         assert s.metrics()["tq_prompt_cache_quarantined_total"] == 0
+    finally:
+        assert s.stop() == 0
+
+
+def test_generate_shares_the_store_with_serve(tq_bin, smollm2_gguf, tmp_path):
+    d = tmp_path / "pc"
+    prompt = text(120, 77)
+    runs = []
+    for _ in range(2):
+        r = subprocess.run([tq_bin, "generate", str(smollm2_gguf), "-p", prompt, "--max-tokens",
+                            "8", "--threads", "2", "--prompt-cache", str(d), "--json"],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        reused = int(re.search(r"prompt cache: (\d+) tokens reused", r.stderr).group(1))
+        runs.append((json.loads(r.stdout)["tokens"], reused))
+    assert runs[0][1] == 0 and runs[1][1] >= 96 and runs[1][0] == runs[0][0]
+    s = start(tq_bin, smollm2_gguf, "--prompt-cache-dir", str(d))
+    try:
+        r = client(s).completions.create(model=s.model, prompt=prompt, max_tokens=8,
+                                         temperature=0)
+        assert r.usage.prompt_tokens_details.cached_tokens == runs[1][1]
     finally:
         assert s.stop() == 0
