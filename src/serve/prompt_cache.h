@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -74,7 +75,13 @@ class PromptCache {
   // keys[i] names tokens [0, 16 (i + 1)): the full blocks of `tokens`.
   std::vector<Digest> chain(std::span<const int32_t> tokens) const;
   // The leading blocks present, at most max_blocks: memory first, then disk (read, verified,
-  // promoted to memory); stops at the first block missing or failing.
+  // promoted to memory while it holds fewer than promote_limit blocks; < 0: no limit); stops at
+  // the first block missing or failing. use(i, bytes) sees each in turn, so a caller that
+  // copies them holds one read-back block at a time. Returns how many.
+  int64_t lookup_each(std::span<const int32_t> tokens, std::span<const Digest> keys,
+                      int64_t max_blocks,
+                      const std::function<void(int64_t, const std::vector<uint8_t>&)>& use,
+                      int64_t promote_limit = -1);
   std::vector<Payload> lookup(std::span<const int32_t> tokens, std::span<const Digest> keys,
                               int64_t max_blocks);
   // One query that reused `blocks` blocks (the caller may use fewer than lookup found).

@@ -266,8 +266,14 @@ void Scheduler::store_cached(Seq& s) {
   PromptCache& pc = *o_.prompt_cache;
   const int64_t full = static_cast<int64_t>(s.job->prompt.size()) / kKvBlock;
   if (cache_room() == 0 && !pc.has_disk()) return;  // it would be dropped at once
+  // Room first, in one batch (evicted dirty blocks are written together); a prompt longer
+  // than the room overshoots it by at most 16 blocks, within the budget's margin.
+  int64_t missing = 0;
+  for (int64_t b = 0; b < full; ++b) missing += !pc.contains(s.keys[b]);
+  pc.evict_to(cache_room() - missing);
   for (int64_t b = 0; b < full; ++b) {
     if (pc.touch(s.keys[b])) continue;
+    if (pc.memory_blocks() >= cache_room() + kKvBlock) pc.evict_to(cache_room());
     auto bytes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(pc.shape().bytes()));
     kv_block_read(s.cache, pc.shape(), b, *bytes);
     pc.insert(s.job->prompt, s.keys, b, std::move(bytes));
