@@ -34,7 +34,7 @@ BASE = text(170, 1)  # the shared prefix, cut at different lengths
 
 def prompts():
     # Shared prefixes of 20..170 words (tokens: roughly 1.3 per word), each with its own tail.
-    cuts = (20, 60, 95, 96, 170)
+    cuts = (20, 95, 96, 170)
     return [" ".join(BASE.split()[:c]) + " " + text(5 + i, 100 + i) for i, c in enumerate(cuts)]
 
 
@@ -143,8 +143,8 @@ def other_model(path):
 
 def test_restart_after_flush_and_sigkill_and_corrupt_files(tq_bin, smollm2_gguf, tmp_path):
     d = tmp_path / "pc"
-    long_prompt = text(480, 5)
-    three = [text(150, 10 + i) for i in range(3)]
+    long_prompt = text(400, 5)
+    three = [text(120, 10 + i) for i in range(3)]
     a = start(tq_bin, smollm2_gguf, "--prompt-cache-dir", str(d))
     try:
         t0 = time.time()
@@ -155,7 +155,7 @@ def test_restart_after_flush_and_sigkill_and_corrupt_files(tq_bin, smollm2_gguf,
         st, _, body = a.post("/admin/cache/flush", {})
         assert st == 200, body
         durable = json.loads(body)["durable"]
-        assert durable["blocks"] >= 60 and durable["tokens"] == 16 * durable["blocks"]
+        assert durable["blocks"] >= 50 and durable["tokens"] == 16 * durable["blocks"]
     finally:
         kill(a)  # no goodbye flush: only what the flush acknowledged
     chains = sorted(chain_files(d), key=len)
