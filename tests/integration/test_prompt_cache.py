@@ -80,6 +80,8 @@ def test_cache_on_and_off_give_the_same_tokens(tq_bin, smollm2_gguf, tmp_path):
         assert m["tq_prompt_cache_queries_total"] == len(cached)
         assert m["tq_prompt_cache_blocks"] > 0 and m["tq_prompt_cache_bytes"] > 0
         assert "tq_prompt_cache_hits_total" not in off.metrics()
+        st, _, body = off.post("/admin/cache/flush", {})
+        assert st == 400 and json.loads(body)["error"]["code"] == "no_cache_dir"
     finally:
         assert off.stop() == 0 and on.stop() == 0, "".join(on.log)
     assert "prompt cache flushed" in "".join(on.log)
