@@ -7,11 +7,13 @@ turns:   a 10-turn chat with a ~1k-token system prompt (greedy, 32-token answers
 restart: a ~2k-token prompt cold, then again after POST /admin/cache/flush, SIGKILL and a
          restart on the same --prompt-cache-dir (the issue's target: at least 5x lower TTFT),
          its output compared token for token.
+memory:  --mem-requests distinct ~2k-token prompts under --memory-budget --mem-budget and
+         --prompt-cache-disk --mem-disk: peak resident memory and the files' bytes, bounded.
 crash:   RUNS cycles, each SIGKILLing the server at a random moment during a flush or while
          blocks are written: every restart must succeed, find every block the last
          acknowledged flush listed, and answer every earlier prompt as it did cold.
 
-Usage: bench/prompt_cache.py MODEL [--llama GGUF] [--threads 2] [--what turns,restart,crash]
+Usage: bench/prompt_cache.py MODEL [--llama GGUF] [--threads 2] [--what turns,restart,crash,memory]
                              [--runs 50] [--json FILE]
 Run it alone (flock /tmp/tq-bench.lock on a shared machine).
 """
@@ -115,7 +117,7 @@ def turns(a):
 def restart(a):
     d = tempfile.mkdtemp(prefix="tq_pcache_")
     try:
-        prompt = text(1600, 7)  # about 2k tokens
+        prompt = text(1900, 7)  # about 2k tokens
         body = {"prompt": prompt, "max_tokens": 16, "temperature": 0, "stream": True,
                 "stream_options": {"include_usage": True}}
         p = tq_proc(a, "tq_restart", "--prompt-cache-dir", d)
@@ -145,11 +147,12 @@ def restart(a):
 def crash(a):
     d = tempfile.mkdtemp(prefix="tq_pcache_crash_")
     rnd = random.Random(11)
-    want, acknowledged, fails = {}, 0, []
+    want, acknowledged, fails, interrupted = {}, 0, [], 0
     try:
         for run in range(a.runs):
-            p = tq_proc(a, "tq_crash", "--prompt-cache-dir", d, "--memory-budget", "600MiB")
+            p = tq_proc(a, "tq_crash", "--prompt-cache-dir", d, "--memory-budget", "330MiB")
             try:
+                interrupted += "found, 0 interrupted" not in logs_of(p)
                 m = metrics(p.port)
                 if m["tq_prompt_cache_disk_blocks"] < acknowledged:
                     fails.append(f"run {run}: {m['tq_prompt_cache_disk_blocks']} blocks on disk, "
@@ -163,17 +166,52 @@ def crash(a):
                 want[q] = out["text"]
                 r, _ = post(p.port, "/admin/cache/flush", {})
                 acknowledged = r["durable"]["blocks"]
-                # More dirty blocks, then a kill at a random moment of a flush or of a request.
+                # More dirty blocks, then a kill at a random moment: even runs during a flush
+                # of them, odd ones during a request (its prefill, or the writes of blocks the
+                # small budget evicts at its admission).
                 q2 = q + " " + text(rnd.randint(20, 200), 5000 + run)
-                quietly(post, p.port, "/v1/completions", req(q2))
-                time.sleep(rnd.uniform(0, 0.4))
-                quietly(post, p.port, "/admin/cache/flush", {})
-                time.sleep(rnd.uniform(0, 0.05))
+                if run % 2 == 0:
+                    post(p.port, "/v1/completions", req(q2), stream=True)
+                    quietly(post, p.port, "/admin/cache/flush", {})
+                    time.sleep(rnd.uniform(0, 0.15))
+                else:
+                    quietly(post, p.port, "/v1/completions", req(q2))
+                    time.sleep(rnd.uniform(0, 0.5))
             finally:
                 os.killpg(p.p.pid, signal.SIGKILL)
                 p.p.wait()
-        r = {"runs": a.runs, "failures": fails, "prompts": len(want)}
+        r = {"runs": a.runs, "failures": fails, "prompts": len(want),
+             "restarts_with_interrupted_writes": interrupted}
         print(json.dumps({"crash": r}), flush=True)
+        return r
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def logs_of(p):
+    p.log.flush()
+    return pathlib.Path(f"/tmp/serve_load_{p.name}.log").read_text()
+
+
+def memory(a):
+    """Distinct ~2k-token prompts through a small budget: peak RSS and disk use stay bounded."""
+    d = tempfile.mkdtemp(prefix="tq_pcache_mem_")
+    try:
+        p = tq_proc(a, "tq_mem", "--prompt-cache-dir", d, "--memory-budget", a.mem_budget,
+                    "--prompt-cache-disk", a.mem_disk)
+        try:
+            for i in range(a.mem_requests):
+                post(p.port, "/v1/completions", req(text(1900, 20000 + i)), stream=True)
+            m = metrics(p.port)
+        finally:
+            p.stop()
+        on_disk = sum(f.stat().st_size for f in pathlib.Path(d).glob("*.blk"))
+        r = {"requests": a.mem_requests, "budget_bytes": m["tq_memory_budget_bytes"],
+             "peak_resident_bytes": m["tq_peak_resident_bytes"],
+             "disk_bound": a.mem_disk, "disk_bytes": on_disk,
+             "evictions": m["tq_prompt_cache_evictions_total"],
+             "disk_evictions": m["tq_prompt_cache_disk_evictions_total"]}
+        print(json.dumps({"memory": r}), flush=True)
         return r
     finally:
         shutil.rmtree(d, ignore_errors=True)
@@ -211,12 +249,15 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--what", default="turns,restart,crash")
     ap.add_argument("--runs", type=int, default=50)
+    ap.add_argument("--mem-requests", type=int, default=200)
+    ap.add_argument("--mem-budget", default="400MiB")
+    ap.add_argument("--mem-disk", default="256MiB")
     ap.add_argument("--json")
     ap.add_argument("--tq-bin", default=str(ROOT / "build" / "tq"))
     a = ap.parse_args()
     out = {}
     for w in a.what.split(","):
-        out[w] = {"turns": turns, "restart": restart, "crash": crash}[w](a)
+        out[w] = {"turns": turns, "restart": restart, "crash": crash, "memory": memory}[w](a)
     if a.json:
         pathlib.Path(a.json).write_text(json.dumps(out, indent=1))
 

@@ -72,6 +72,7 @@ struct Job {
   int choices_left = 0;
   int64_t generated = 0;   // tokens of the finished choices
   int64_t cached = 0;      // prompt tokens taken from the prompt cache
+  double cache_ms = 0;     // looking them up (memory, disk) and copying them in
   std::string end_reason;  // the first abnormal end of a choice ("cancelled", "error"), if any
   std::string end_error;
   Clock::time_point admitted{}, first_token{};

@@ -149,6 +149,7 @@ Status PromptCache::rebuild_index() {
     if (!e.is_regular_file()) continue;
     if (name.find(".tmp.") != std::string::npos) {
       fs::remove(e.path(), ec);
+      ++c_.interrupted;
       continue;
     }
     Digest d{};
@@ -186,29 +187,38 @@ std::vector<PromptCache::Payload> PromptCache::lookup(std::span<const int32_t> t
                                                       std::span<const Digest> keys,
                                                       int64_t max_blocks) {
   std::vector<Payload> out;
+  lookup_each(tokens, keys, max_blocks, [&](int64_t, const std::vector<uint8_t>& b) {
+    out.push_back(std::make_shared<const std::vector<uint8_t>>(b));
+  });
+  return out;
+}
+
+int64_t PromptCache::lookup_each(
+    std::span<const int32_t> tokens, std::span<const Digest> keys, int64_t max_blocks,
+    const std::function<void(int64_t, const std::vector<uint8_t>&)>& use, int64_t promote_limit) {
   const int64_t n = std::min<int64_t>(max_blocks, static_cast<int64_t>(keys.size()));
   for (int64_t i = 0; i < n; ++i) {
     const Digest& key = keys[i];
+    Payload p;
     {
       std::lock_guard lock(mu_);
       auto it = mem_.find(key);
       if (it != mem_.end()) {
         lru_.splice(lru_.end(), lru_, it->second.lru);
-        out.push_back(it->second.bytes);
-        continue;
+        p = it->second.bytes;
       }
     }
-    if (o_.dir.empty()) break;
-    Payload p;
-    {
-      std::lock_guard lock(disk_mu_);
-      p = read_file(key, i == 0 ? root_ : keys[i - 1]);
-    }
-    if (!p) break;
-    ++c_.disk_reads;
-    {  // promoted: on disk already, so not dirty
-      std::lock_guard lock(mu_);
-      if (!mem_.contains(key)) {
+    if (!p) {
+      if (o_.dir.empty()) return i;
+      {
+        std::lock_guard lock(disk_mu_);
+        p = read_file(key, i == 0 ? root_ : keys[i - 1]);
+      }
+      if (!p) return i;
+      ++c_.disk_reads;
+      std::lock_guard lock(mu_);  // promoted (on disk already, so not dirty) while there is room
+      const bool room = promote_limit < 0 || static_cast<int64_t>(mem_.size()) < promote_limit;
+      if (room && !mem_.contains(key)) {
         Entry e;
         e.parent = i == 0 ? root_ : keys[i - 1];
         std::copy_n(tokens.begin() + i * kBlockTokens, kBlockTokens, e.tokens.begin());
@@ -219,9 +229,9 @@ std::vector<PromptCache::Payload> PromptCache::lookup(std::span<const int32_t> t
         mem_.emplace(key, std::move(e));
       }
     }
-    out.push_back(std::move(p));
+    use(i, *p);
   }
-  return out;
+  return n;
 }
 
 void PromptCache::count_query(int64_t blocks) {
@@ -439,6 +449,7 @@ PromptCacheStats PromptCache::stats() const {
   s.disk_writes = c_.disk_writes;
   s.disk_evictions = c_.disk_evictions;
   s.quarantined = c_.quarantined;
+  s.interrupted = c_.interrupted;
   s.disk_blocks = c_.disk_blocks;
   s.disk_bytes = c_.disk_bytes;
   s.memory_blocks = memory_blocks();

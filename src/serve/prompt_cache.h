@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <map>
 #include <memory>
@@ -40,6 +41,7 @@ struct PromptCacheStats {
   int64_t memory_blocks = 0, memory_bytes = 0, evictions = 0;
   int64_t disk_blocks = 0, disk_bytes = 0, disk_reads = 0, disk_writes = 0, disk_evictions = 0;
   int64_t quarantined = 0;
+  int64_t interrupted = 0;  // temporary files of interrupted writes removed at start
 };
 
 // What is on disk after a flush.
@@ -73,7 +75,13 @@ class PromptCache {
   // keys[i] names tokens [0, 16 (i + 1)): the full blocks of `tokens`.
   std::vector<Digest> chain(std::span<const int32_t> tokens) const;
   // The leading blocks present, at most max_blocks: memory first, then disk (read, verified,
-  // promoted to memory); stops at the first block missing or failing.
+  // promoted to memory while it holds fewer than promote_limit blocks; < 0: no limit); stops at
+  // the first block missing or failing. use(i, bytes) sees each in turn, so a caller that
+  // copies them holds one read-back block at a time. Returns how many.
+  int64_t lookup_each(std::span<const int32_t> tokens, std::span<const Digest> keys,
+                      int64_t max_blocks,
+                      const std::function<void(int64_t, const std::vector<uint8_t>&)>& use,
+                      int64_t promote_limit = -1);
   std::vector<Payload> lookup(std::span<const int32_t> tokens, std::span<const Digest> keys,
                               int64_t max_blocks);
   // One query that reused `blocks` blocks (the caller may use fewer than lookup found).
@@ -125,14 +133,15 @@ class PromptCache {
   mutable std::mutex mu_;  // the memory tier
   std::map<Digest, Entry> mem_;
   std::list<Digest> lru_;  // front: least recently used
-  std::mutex disk_mu_;     // the disk tier; never taken while mu_ is held
+  std::mutex disk_mu_;     // the disk tier; mu_ may be taken under it, never the reverse
   std::map<Digest, DiskEntry> disk_;
   std::list<Digest> disk_lru_;
   uint64_t disk_total_ = 0;
   uint64_t tmp_counter_ = 0;
   struct Counters {
     std::atomic<int64_t> queries{0}, hits{0}, hit_tokens{0}, evictions{0}, disk_reads{0},
-        disk_writes{0}, disk_evictions{0}, quarantined{0}, disk_blocks{0}, disk_bytes{0};
+        disk_writes{0}, disk_evictions{0}, quarantined{0}, disk_blocks{0}, disk_bytes{0},
+        interrupted{0};
   };
   Counters c_;
 };

@@ -95,10 +95,11 @@ void Scheduler::end_job(Job& j, const char* reason, std::string error) {
   t.spec_accepted = j.spec_accepted;
   if (o_.log)
     std::fprintf(stderr,
-                 "tq serve: %s prompt=%zu completion=%lld cached=%lld queue=%.1fms prefill=%.1fms "
-                 "decode=%.1fms finish=%s\n",
+                 "tq serve: %s prompt=%zu completion=%lld cached=%lld (%.1fms) queue=%.1fms "
+                 "prefill=%.1fms decode=%.1fms finish=%s\n",
                  j.id.c_str(), j.prompt.size(), static_cast<long long>(j.generated),
-                 static_cast<long long>(j.cached), t.queue_ms, t.prefill_ms, t.decode_ms, reason);
+                 static_cast<long long>(j.cached), j.cache_ms, t.queue_ms, t.prefill_ms,
+                 t.decode_ms, reason);
   j.finish(reason, t, std::move(error));
 }
 
@@ -300,6 +301,7 @@ int64_t Scheduler::cache_room() const {
 
 void Scheduler::reuse_cached(Seq& s) {
   PromptCache& pc = *o_.prompt_cache;
+  const auto t0 = Clock::now();
   const auto& p = s.job->prompt;
   const auto len = static_cast<int64_t>(p.size());
   pc.evict_to(cache_room());  // the cache yields to admitted sequences
@@ -311,14 +313,21 @@ void Scheduler::reuse_cached(Seq& s) {
   s.job->cached = h * kKvBlock;
   pc.count_query(h);
   pc.evict_to(cache_room());  // blocks promoted from disk
+  s.job->cache_ms = ms_between(t0, Clock::now());
 }
 
 void Scheduler::store_cached(Seq& s) {
   PromptCache& pc = *o_.prompt_cache;
   const int64_t full = static_cast<int64_t>(s.job->prompt.size()) / kKvBlock;
   if (cache_room() == 0 && !pc.has_disk()) return;  // it would be dropped at once
+  // Room first, in one batch (evicted dirty blocks are written together); a prompt longer
+  // than the room overshoots it by at most 16 blocks, within the budget's margin.
+  int64_t missing = 0;
+  for (int64_t b = 0; b < full; ++b) missing += !pc.contains(s.keys[b]);
+  pc.evict_to(cache_room() - missing);
   for (int64_t b = 0; b < full; ++b) {
     if (pc.touch(s.keys[b])) continue;
+    if (pc.memory_blocks() >= cache_room() + kKvBlock) pc.evict_to(cache_room());
     auto bytes = std::make_shared<std::vector<uint8_t>>(static_cast<size_t>(pc.shape().bytes()));
     kv_block_read(s.cache, pc.shape(), b, *bytes);
     pc.insert(s.job->prompt, s.keys, b, std::move(bytes));

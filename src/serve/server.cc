@@ -136,8 +136,9 @@ class Service {
                  static_cast<long long>(kKvBlock), format_bytes(shape->bytes()).c_str(),
                  o_.prompt_cache_dir.empty()
                      ? ""
-                     : fmt::format("; disk {}: {} blocks ({}) found", o_.prompt_cache_dir,
-                                   st.disk_blocks, format_bytes(st.disk_bytes))
+                     : fmt::format("; disk {}: {} blocks ({}) found, {} interrupted writes removed",
+                                   o_.prompt_cache_dir, st.disk_blocks, format_bytes(st.disk_bytes),
+                                   st.interrupted)
                            .c_str(),
                  std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     return ok_status();

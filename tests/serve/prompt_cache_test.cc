@@ -217,3 +217,28 @@ TEST(BlockFile, RoundTripsAndRejectsEveryDamage) {
 
 }  // namespace
 }  // namespace tq::serve
+
+namespace tq::serve {
+namespace {
+
+// The cache is refused (the server logs why and runs without it) for the reference runtime's
+// rows and for models with recurrent state.
+TEST(KvBlockShape, OnlyFastLayoutsWithoutRecurrentState) {
+  ModelConfig cfg;
+  cfg.num_hidden_layers = 2, cfg.num_key_value_heads = 2, cfg.head_dim = 4;
+  KvCache c;
+  c.capacity = 16;
+  c.layout = KvLayout::kFastF16;
+  c.k16.assign(2 * 8 * 16, 0), c.v16.assign(2 * 8 * 16, 0);
+  auto s = kv_block_shape(c, cfg);
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  EXPECT_EQ(s->bytes(), 2 * 2 * 8 * 16 * 2);
+  c.conv.assign(4, 0.0f);  // a DeltaNet layer's state
+  EXPECT_FALSE(kv_block_shape(c, cfg).ok());
+  c.conv.clear();
+  c.layout = KvLayout::kRows;
+  EXPECT_FALSE(kv_block_shape(c, cfg).ok());
+}
+
+}  // namespace
+}  // namespace tq::serve
