@@ -248,8 +248,8 @@ Result<std::string> gsm8k_fewshot(const std::string& dir, int shots) {
 
 std::string task_format(const std::string& name, int shots, bool chat) {
   if (name == "mmlu")
-    return fmt::format("test, {}-shot (first dev items), 'Q\\nA. ..\\nAnswer:' -> ' A'..' D'",
-                       shots);
+    return fmt::format("test, {}-shot{}, 'Q\\nA. ..\\nAnswer:' -> ' A'..' D'", shots,
+                       shots > 0 ? " (first dev items of the subject)" : "");
   if (name == "lambada") return "test, context -> ' ' + last word; acc = all greedy, ppl";
   if (name == "gsm8k")
     return chat ? "test, 0-shot chat template, greedy <= 256 tokens, strict/flexible"
