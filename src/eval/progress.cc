@@ -16,8 +16,10 @@ std::string mmss(double s) {
 
 }  // namespace
 
-ProgressLine::ProgressLine(std::string label, int64_t tokens_per_step, bool enabled)
+ProgressLine::ProgressLine(std::string label, int64_t tokens_per_step, bool enabled,
+                           std::string unit)
     : label_(std::move(label)),
+      unit_(std::move(unit)),
       tokens_per_step_(tokens_per_step),
       enabled_(enabled),
       tty_(::isatty(STDERR_FILENO) == 1),
@@ -35,10 +37,13 @@ void ProgressLine::update(int64_t done, int64_t total) {
   bool last = done == total;
   if (!tty_ && !last && done != 1 && now - last_print_ < std::chrono::seconds(10)) return;
   last_print_ = now;
-  double rate = el > 0 ? double(done * tokens_per_step_) / el : 0;
+  double steps = el > 0 ? double(done) / el : 0;
   double eta = done > 0 ? el * double(total - done) / double(done) : 0;
-  std::string line = fmt::format("{}: {}/{} windows, {:.0f} tok/s, {} elapsed, ETA {}", label_,
-                                 done, total, rate, mmss(el), mmss(eta));
+  std::string rate = tokens_per_step_ > 0
+                         ? fmt::format("{:.0f} tok/s", steps * double(tokens_per_step_))
+                         : fmt::format("{:.2f} {}/s", steps, unit_);
+  std::string line = fmt::format("{}: {}/{} {}, {}, {} elapsed, ETA {}", label_, done, total, unit_,
+                                 rate, mmss(el), mmss(eta));
   if (tty_) {
     std::fprintf(stderr, "\r%s\x1b[K%s", line.c_str(), last ? "\n" : "");
   } else {

@@ -5,6 +5,8 @@
 #include <map>
 #include <set>
 
+#include <fmt/format.h>
+
 #include "io/json_parse.h"
 #include "model/model_source.h"
 
@@ -48,6 +50,20 @@ std::string recipe_of(const json& config, const std::string& storage) {
 double num(const json& j, const char* key) {
   auto it = j.find(key);
   return it != j.end() && it->is_number() ? it->get<double>() : 0.0;
+}
+
+// Each task's accuracy in an eval row's `which` metrics ("metrics" or "base_metrics").
+void eval_accuracies(const json& result, const char* which, std::map<std::string, double>* out) {
+  if (!result.contains("tasks") || !result["tasks"].is_array()) return;
+  for (const json& t : result["tasks"]) {
+    if (!t.is_object() || !t.contains(which) || !t[which].is_object()) continue;
+    std::string name = t.value("task", "");
+    if (name.empty()) continue;
+    if (t.value("variant", "") == "chat") name += "_chat";
+    const json& m = t[which];
+    const char* key = m.contains("acc") ? "acc" : "strict";
+    if (m.contains(key) && m[key].is_number()) (*out)[name] = m[key].get<double>();
+  }
 }
 
 }  // namespace
@@ -129,11 +145,20 @@ std::vector<ReportGroup> gather_report(const std::vector<RunRecord>& runs,
   std::map<std::string, std::string> source;  // artifact -> source key
   std::map<std::string, json> ppl, bench, convert;
   std::map<std::pair<std::string, std::string>, json> kl;  // (artifact, base) -> latest
+  std::map<std::string, std::map<std::string, double>> own_tasks, base_tasks;
   for (const RunRecord& r : runs) {  // ids ascend: later rows overwrite earlier ones
     const std::string a = see(r.artifact);
     if (r.kind == "ppl") ppl[a] = r.result;
     if (r.kind == "bench") bench[a] = r.result;
     if (r.kind == "convert") convert[a] = r.result;
+    if (r.kind == "eval") {
+      eval_accuracies(r.result, "metrics", &own_tasks[a]);
+      if (r.base_artifact) {
+        const std::string b = see(*r.base_artifact);
+        eval_accuracies(r.result, "base_metrics", &base_tasks[b]);
+        if (!source.count(a)) source[a] = b;
+      }
+    }
     if (r.kind == "kl" && r.base_artifact) {
       const std::string b = see(*r.base_artifact);
       kl[{a, b}] = r.result;
@@ -179,6 +204,8 @@ std::vector<ReportGroup> gather_report(const std::vector<RunRecord>& runs,
     if (ppl.count(a)) arm.ppl = ppl[a];
     if (bench.count(a)) arm.bench = bench[a];
     if (auto it = kl.find({a, s}); it != kl.end()) arm.kl = it->second;
+    arm.tasks = base_tasks[a];
+    for (const auto& [task, acc] : own_tasks[a]) arm.tasks[task] = acc;
     groups[gi[s]].arms.push_back(std::move(arm));
   }
   for (ReportGroup& g : groups)
@@ -186,6 +213,13 @@ std::vector<ReportGroup> gather_report(const std::vector<RunRecord>& runs,
       return x.bpw().value_or(1e9) < y.bpw().value_or(1e9);
     });
   return groups;
+}
+
+std::string task_summary(const ReportArm& a) {
+  std::string s;
+  for (const auto& [task, acc] : a.tasks)
+    s += fmt::format("{}{} {:.1f}", s.empty() ? "" : ", ", task, 100 * acc);
+  return s.empty() ? "-" : s;
 }
 
 std::vector<bool> pareto_front(const std::vector<std::pair<double, double>>& pts) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,6 +35,9 @@ struct ReportArm {
   std::optional<nlohmann::json> ppl;    // latest `tq ppl` result
   std::optional<nlohmann::json> kl;     // latest `tq kl` result against the group's source
   std::optional<nlohmann::json> bench;  // latest `tq bench` result
+  // Latest `tq eval` accuracy per task ("gsm8k_chat" for GSM8K through the chat template):
+  // acc (GSM8K: strict), from the arm's own rows, else the base side of a paired row.
+  std::map<std::string, double> tasks;
   std::optional<double> bpw() const;
   std::optional<double> mean_kl() const;
   std::optional<double> ppl_value() const;
@@ -58,6 +62,9 @@ std::vector<bool> pareto_front(const std::vector<std::pair<double, double>>& pts
 std::string artifact_short_name(const std::string& path);
 // j[key] when j holds a number there.
 std::optional<double> json_number(const std::optional<nlohmann::json>& j, const char* key);
+
+// "arc_easy 45.2, mmlu 30.1" (percent), or "-" when the arm has no task accuracy.
+std::string task_summary(const ReportArm& a);
 
 // The arms as aligned plain-text tables (one per source model), for terminals and scripts/demo.
 std::string render_report_text(const std::vector<ReportGroup>& groups);

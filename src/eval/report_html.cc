@@ -163,7 +163,7 @@ std::string group_html(const ReportGroup& g, size_t index) {
   s += chart(fmt::format("ppl-{}", index), "Perplexity vs size", "perplexity", ppl_pts, false);
   s += "</div>\n<table>\n<tr><th>artifact</th><th>recipe</th><th>bpw</th><th>GB</th>"
        "<th>PPL ±</th><th>mean KL</th><th>median KL</th><th>p99 KL</th><th>top-1</th>"
-       "<th>decode tok/s</th><th>prefill tok/s</th><th>KL Pareto</th></tr>\n";
+       "<th>decode tok/s</th><th>prefill tok/s</th><th>KL Pareto</th><th>task acc %</th></tr>\n";
   for (const ReportArm& a : g.arms) {
     bool on_front = false;
     for (size_t i = 0; i < kl_pts.size(); ++i)
@@ -175,7 +175,7 @@ std::string group_html(const ReportGroup& g, size_t index) {
     s += fmt::format(
         "<tr><td title=\"{0}\">{1}</td><td>{2}</td><td>{3}</td><td>{4}</td><td>{5}</td>"
         "<td>{6}</td><td>{7}</td><td>{8}</td><td>{9}</td><td>{10}</td><td>{11}</td><td>{12}"
-        "</td></tr>\n",
+        "</td><td>{13}</td></tr>\n",
         esc(a.artifact), esc(artifact_short_name(a.artifact)), esc(a.info ? a.info->recipe : "?"),
         opt_num(a.bpw()),
         a.info ? fmt::format("{:.4g}", static_cast<double>(a.info->bytes) / 1e9) : "—", ppl,
@@ -183,7 +183,8 @@ std::string group_html(const ReportGroup& g, size_t index) {
         opt_num(json_number(a.kl, "p99_kl"), "{:.5g}"),
         top1 ? fmt::format("{:.2f}%", 100 * *top1) : "—",
         opt_num(json_number(a.bench, "decode_tok_s"), "{:.1f}"),
-        opt_num(json_number(a.bench, "prefill_tok_s"), "{:.1f}"), on_front ? "★" : "");
+        opt_num(json_number(a.bench, "prefill_tok_s"), "{:.1f}"), on_front ? "★" : "",
+        esc(task_summary(a)));
   }
   s += "</table>\n<h3>Protocols</h3>\n<ul class=\"protocols\">\n";
   for (const ReportArm& a : g.arms) {
@@ -193,6 +194,9 @@ std::string group_html(const ReportGroup& g, size_t index) {
     if (a.kl && a.kl->contains("protocol"))
       s += fmt::format("<li>{} kl: <code>{}</code></li>\n", esc(artifact_short_name(a.artifact)),
                        esc(a.kl->value("protocol", "")));
+    if (!a.tasks.empty())
+      s += fmt::format("<li>{} eval: <code>tq eval</code> (docs/EVAL.md), acc; GSM8K strict</li>\n",
+                       esc(artifact_short_name(a.artifact)));
   }
   s += "</ul>\n<h3>Provenance</h3>\n";
   for (const ReportArm& a : g.arms) {

@@ -32,8 +32,8 @@ std::string render_report_text(const std::vector<ReportGroup>& groups) {
     std::vector<bool> front(g.arms.size(), false);
     for (size_t k = 0; k < idx.size(); ++k) front[idx[k]] = front_pts[k];
 
-    std::vector<std::vector<std::string>> rows = {
-        {"artifact", "recipe", "bpw", "MB", "PPL", "+-", "mean KL", "top-1", "Pareto"}};
+    std::vector<std::vector<std::string>> rows = {{"artifact", "recipe", "bpw", "MB", "PPL", "+-",
+                                                   "mean KL", "top-1", "Pareto", "task acc %"}};
     for (size_t i = 0; i < g.arms.size(); ++i) {
       const ReportArm& a = g.arms[i];
       auto top1 = json_number(a.kl, "top1_agreement");
@@ -43,7 +43,7 @@ std::string render_report_text(const std::vector<ReportGroup>& groups) {
            num(a.ppl_value(), "{:.3f}"), num(a.ppl_se(), "{:.3f}"),
            num(a.artifact == g.source ? std::nullopt : a.mean_kl(), "{:.5f}"),
            top1 && a.artifact != g.source ? fmt::format("{:.1f}%", 100 * *top1) : "-",
-           front[i] ? "*" : ""});
+           front[i] ? "*" : "", task_summary(a)});
     }
     std::vector<size_t> width(rows[0].size(), 0);
     for (const auto& r : rows)
@@ -53,8 +53,8 @@ std::string render_report_text(const std::vector<ReportGroup>& groups) {
       std::string line;
       for (size_t c = 0; c < r.size(); ++c) {
         // Names left-aligned, numbers right-aligned.
-        line +=
-            c < 2 ? fmt::format("{:<{}}", r[c], width[c]) : fmt::format("{:>{}}", r[c], width[c]);
+        line += c < 2 || c + 1 == r.size() ? fmt::format("{:<{}}", r[c], width[c])
+                                           : fmt::format("{:>{}}", r[c], width[c]);
         if (c + 1 < r.size()) line += "  ";
       }
       while (!line.empty() && line.back() == ' ') line.pop_back();

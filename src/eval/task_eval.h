@@ -1,0 +1,78 @@
+// `tq eval` as a library call: task accuracies of a model (and, with a base, of both on the
+// same items, paired), with the protocol of each task and every item's result.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "base/result.h"
+#include "eval/paired.h"
+#include "eval/results_db.h"
+#include "eval/task_items.h"
+#include "model/forward.h"
+
+namespace tq::eval {
+
+struct TaskEvalRequest {
+  std::string model;
+  std::string base;  // empty: no paired run
+  std::vector<std::string> tasks;
+  TaskOptions options;
+  std::string data_dir;  // empty: default_eval_data_dir()
+  RuntimeOptions runtime;
+  bool show_progress = true;
+};
+
+// One item on one model. Metric 0 / 1: acc / acc_norm (multiple choice), acc / - (LAMBADA),
+// strict / flexible (GSM8K).
+struct ItemResult {
+  int64_t doc = 0;
+  bool hit[2] = {false, false};
+  int pred = -1, pred_norm = -1;  // multiple choice
+  std::vector<double> ll;         // per choice; LAMBADA: the target's
+  std::string output;             // GSM8K: the generation
+  std::string extracted[2];       // GSM8K: strict, flexible
+};
+
+struct MetricValue {
+  std::string name;
+  MeanSe value;
+};
+
+struct TaskScores {
+  std::vector<MetricValue> metrics;  // acc, acc_norm / acc, ppl / strict, flexible
+  std::vector<ItemResult> items;
+};
+
+struct TaskResult {
+  std::string name, protocol;
+  TaskKind kind = TaskKind::kChoice;
+  bool chat = false;  // GSM8K through the chat template
+  int64_t n = 0, docs = 0;
+  TaskScores model;
+  std::optional<TaskScores> base;
+  std::vector<PairedDiff> paired;  // per 0/1 metric, when there is a base
+  double seconds = 0;              // scoring time on the model (the base's not counted)
+};
+
+struct TaskEvalResult {
+  std::string model, model_fingerprint, base, base_fingerprint, runtime;
+  std::vector<TaskResult> tasks;
+  double seconds = 0;
+};
+
+Result<TaskEvalResult> run_task_eval(const TaskEvalRequest& r);
+
+// The names of a kind's two 0/1 metrics ("" when it has one).
+const char* metric_name(TaskKind kind, int i);
+
+nlohmann::json task_eval_json(const TaskEvalResult& r, bool with_items);
+// The results-database row: kind "eval", the result without per-item outputs of GSM8K.
+RunRecord task_eval_record(const TaskEvalResult& r);
+std::string task_eval_text(const TaskEvalResult& r);
+
+}  // namespace tq::eval
