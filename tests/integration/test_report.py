@@ -136,8 +136,9 @@ def test_report_table_has_one_row_per_artifact(db, tmp_path):
     assert set(rows) == {a.name for a in db["arms"]}
     for a in db["arms"][1:]:  # quantized arms: bpw, PPL and KL; all on the front here
         bpw = json.loads(tq("inspect", a, "--json").stdout)["bpw"]
-        assert f"{bpw:.3f}" in rows[a.name] and rows[a.name].rstrip().endswith("*")
-    assert rows["base-f32"].split()[-1] != "*"  # the source has no KL against itself
+        # The Pareto mark, then the task-accuracy column ("-": no tq eval of the arm).
+        assert f"{bpw:.3f}" in rows[a.name] and rows[a.name].split()[-2:] == ["*", "-"]
+    assert "*" not in rows["base-f32"].split()  # the source has no KL against itself
 
 
 def test_report_of_a_missing_db_is_one_clear_line(tmp_path):
