@@ -37,13 +37,10 @@ Status check_speculation(const Transformer& model) {
   return ok_status();
 }
 
-Result<std::unique_ptr<DraftProposer>> DraftProposer::make(std::shared_ptr<const Transformer> draft,
-                                                           const Tokenizer& draft_tok,
-                                                           const Transformer& target,
-                                                           const Tokenizer& target_tok,
-                                                           int64_t capacity) {
-  TQ_CHECK_OK(check_speculation(*draft));
-  const int64_t dv = draft->config().vocab_size, tv = target.config().vocab_size;
+Status DraftProposer::check(const Transformer& draft, const Tokenizer& draft_tok,
+                            const Transformer& target, const Tokenizer& target_tok) {
+  TQ_CHECK_OK(check_speculation(draft));
+  const int64_t dv = draft.config().vocab_size, tv = target.config().vocab_size;
   const int64_t dt = draft_tok.vocab_size(), tt = target_tok.vocab_size();
   if (dv != tv || dt != tt)
     return err("the draft's vocabulary ({} tokens, {} embedding rows) is not the target's ({}, {})",
@@ -52,11 +49,11 @@ Result<std::unique_ptr<DraftProposer>> DraftProposer::make(std::shared_ptr<const
     if (draft_tok.id_to_token(id) != target_tok.id_to_token(id))
       return err("the draft's vocabulary differs from the target's at token {} ('{}' vs '{}')", id,
                  draft_tok.id_to_token(id), target_tok.id_to_token(id));
-  return std::unique_ptr<DraftProposer>(new DraftProposer(std::move(draft), capacity));
+  return ok_status();
 }
 
-std::unique_ptr<DraftProposer> DraftProposer::unchecked(std::shared_ptr<const Transformer> draft,
-                                                        int64_t capacity) {
+std::unique_ptr<DraftProposer> DraftProposer::make(std::shared_ptr<const Transformer> draft,
+                                                   int64_t capacity) {
   return std::unique_ptr<DraftProposer>(new DraftProposer(std::move(draft), capacity));
 }
 
@@ -136,7 +133,6 @@ Result<std::vector<int32_t>> Speculator::next(std::span<const int32_t> history, 
     probe_ = true;
   }
   k = static_cast<int>(std::min<int64_t>(k, room));
-  k_ = k;
   if (k <= 0) return std::vector<int32_t>();
   return p_->propose(history, k);
 }
@@ -176,11 +172,11 @@ Result<SpeculatorFactory> make_speculator_factory(const SpecOptions& o, const Tr
   TQ_TRY(Tokenizer dtok, load_model_tokenizer(d));
   TQ_TRY(std::unique_ptr<Transformer> dm, Transformer::load(d, runtime));
   std::shared_ptr<const Transformer> draft = std::move(dm);
-  auto made = DraftProposer::make(draft, dtok, target, target_tok, 1);
-  if (!made) return err("--draft {}: {}", o.draft, made.error().message);
+  if (Status st = DraftProposer::check(*draft, dtok, target, target_tok); !st.ok())
+    return err("--draft {}: {}", o.draft, st.error().message);
   return SpeculatorFactory(
       [draft, k, costs](int64_t capacity) -> Result<std::unique_ptr<Speculator>> {
-        return std::make_unique<Speculator>(DraftProposer::unchecked(draft, capacity), k, costs);
+        return std::make_unique<Speculator>(DraftProposer::make(draft, capacity), k, costs);
       });
 }
 

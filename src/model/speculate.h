@@ -47,14 +47,13 @@ class LookupProposer final : public Proposer {
 // goes back to the longest prefix it shares with the next history (attention-only models).
 class DraftProposer final : public Proposer {
  public:
-  // Errors unless `draft` can roll back its cache and has `target`'s vocabulary.
-  static Result<std::unique_ptr<DraftProposer>> make(std::shared_ptr<const Transformer> draft,
-                                                     const Tokenizer& draft_tok,
-                                                     const Transformer& target,
-                                                     const Tokenizer& target_tok, int64_t capacity);
-  // Another sequence's proposer from a draft make() accepted.
-  static std::unique_ptr<DraftProposer> unchecked(std::shared_ptr<const Transformer> draft,
-                                                  int64_t capacity);
+  // Errors unless `draft` can roll back its cache and has `target`'s vocabulary (checked once
+  // per draft, before proposers are made).
+  static Status check(const Transformer& draft, const Tokenizer& draft_tok,
+                      const Transformer& target, const Tokenizer& target_tok);
+  // A sequence's proposer, its cache for `capacity` positions, from a draft check() accepted.
+  static std::unique_ptr<DraftProposer> make(std::shared_ptr<const Transformer> draft,
+                                             int64_t capacity);
   Result<std::vector<int32_t>> propose(std::span<const int32_t> history, int k) override;
   std::string name() const override { return "draft"; }
 
@@ -109,7 +108,6 @@ class Speculator {
   // proposals, `accepted` agreed with the target, `produced` tokens were taken.
   void record(int proposed, int accepted, int produced, double seconds);
   const SpecStats& stats() const { return stats_; }
-  int last_k() const { return k_; }
   const Proposer& proposer() const { return *p_; }
   int max_k() const { return max_k_; }
   const StepCosts& costs() const { return *costs_; }
@@ -118,7 +116,6 @@ class Speculator {
   int choose_k() const;
   std::unique_ptr<Proposer> p_;
   int max_k_;
-  int k_ = 0;
   int idle_ = 0;  // plain steps in a row since a check
   int probe_every_ = 16;
   bool probe_ = false;

@@ -144,11 +144,8 @@ TEST(Speculation, GivesThePlainDecodesTokensGreedyAndSampled) {
   std::shared_ptr<const Transformer> m = std::move(*loaded);
   ASSERT_TRUE(check_speculation(*m).ok());
   const Tokenizer tok = tiny_tokenizer(m->config().vocab_size);
-  auto draft = [&] {
-    auto d = DraftProposer::make(m, tok, *m, tok, 128);
-    EXPECT_TRUE(d.ok()) << d.error().message;
-    return std::move(*d);
-  };
+  ASSERT_TRUE(DraftProposer::check(*m, tok, *m, tok).ok());
+  auto draft = [&] { return DraftProposer::make(m, 128); };
 
   const Decoded plain = generate(*m, tok, nullptr, {}, 24);
   const Decoded lookup = generate(*m, tok, std::make_unique<LookupProposer>(), {}, 24);
@@ -196,7 +193,7 @@ TEST(Speculation, RefusesADraftWithAnotherVocabulary) {
   auto tb = Transformer::load(*sb, RuntimeOptions{.threads = 1});
   ASSERT_TRUE(ta.ok() && tb.ok());
   const Tokenizer t70 = tiny_tokenizer(70), t60 = tiny_tokenizer(60);
-  auto d = DraftProposer::make(std::move(*tb), t60, **ta, t70, 64);
+  const Status d = DraftProposer::check(**tb, t60, **ta, t70);
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.error().message.find("vocabulary"), std::string::npos) << d.error().message;
   // The reference runtime cannot check per token.
