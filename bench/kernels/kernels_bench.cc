@@ -97,7 +97,8 @@ void BM_Matmul(benchmark::State& st) {
       packed_matmul_amx(w.m, xt, y.data(), rows, 0, rows);
     } else if (q8) {
       quantize_act_q8(x.data(), n, cols, &xq);
-      packed_matmul_q8(w.m, xq, y.data(), rows, 0, rows);
+      packed_matmul_q8(w.m, xq, y.data(), rows, 0, rows, true,
+                       st.range(4) == 3 ? BatchKernel::kTiles : BatchKernel::kAuto);
     } else {
       packed_matmul(w.m, x.data(), n, y.data(), rows, 0, rows);
     }
@@ -119,8 +120,10 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
             b->Args({bits, rows, cols, n, q8});
   // A few tokens on the per-token kernels: what a speculative check of k + 1 positions costs.
   for (int bits : {4, 8})
-    for (int64_t n : {2, 4, 8})
-      for (int q8 : {0, 1}) b->Args({bits, 1536, 576, n, q8});
+    for (auto [rows, cols] :
+         {std::pair<int64_t, int64_t>{1536, 576}, {576, 1536}, {1024, 2048}, {8192, 2048}})
+      for (int64_t n : {2, 4, 8})
+        for (int q8 : {0, 1, 3}) b->Args({bits, rows, cols, n, q8});
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->ArgNames({"bits", "rows", "cols", "n", "q8"});
 

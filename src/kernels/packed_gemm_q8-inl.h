@@ -24,17 +24,17 @@ inline void UnpackRowBytes(const PackedMatrix& w, const Unpack64Tables& tab, int
 // 4 rows (codes[i], f32 scales sc[i]) × 4 tokens (planes q[t], r[t], block scales dv8[t]):
 // out[t * 4 + i] = Σ over the row of s·d·(256·Σcode·q + Σcode·r). kG: 16 or 32 for groups that
 // small (a scale per 4 or 8 lanes of a 64-code step), else 0 (one scale per step).
-template <int kG>
+template <int kG, int kT>
 HWY_INLINE void GemmTile(int64_t steps, int gshift, const uint8_t* const* codes,
                          const float* const* sc, const int8_t* const* q, const int8_t* const* r,
                          const float* const* dv8, float* out) {
   const __m512i idx16 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   const __m512i idx64 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  __m512 acc[kTileRows][kTileTokens];
+  __m512 acc[kTileRows][kT];
 #pragma GCC unroll 4
   for (int i = 0; i < kTileRows; ++i)
 #pragma GCC unroll 4
-    for (int t = 0; t < kTileTokens; ++t) acc[i][t] = _mm512_setzero_ps();
+    for (int t = 0; t < kT; ++t) acc[i][t] = _mm512_setzero_ps();
   for (int64_t h = 0; h < steps; ++h) {
     __m512i wv[kTileRows];
     __m512 sv[kTileRows];
@@ -49,7 +49,7 @@ HWY_INLINE void GemmTile(int64_t steps, int gshift, const uint8_t* const* codes,
         sv[i] = _mm512_permutexvar_ps(idx64, _mm512_castps128_ps512(Load2(sc[i] + 2 * h)));
     }
 #pragma GCC unroll 4
-    for (int t = 0; t < kTileTokens; ++t) {
+    for (int t = 0; t < kT; ++t) {
       const __m512i qv = _mm512_loadu_si512(q[t] + 64 * h), rv = _mm512_loadu_si512(r[t] + 64 * h);
       const __m512 dv = _mm512_loadu_ps(dv8[t] + 16 * h);
 #pragma GCC unroll 4
@@ -61,7 +61,7 @@ HWY_INLINE void GemmTile(int64_t steps, int gshift, const uint8_t* const* codes,
     }
   }
 #pragma GCC unroll 4
-  for (int t = 0; t < kTileTokens; ++t)
+  for (int t = 0; t < kT; ++t)
 #pragma GCC unroll 4
     for (int i = 0; i < kTileRows; ++i) out[t * kTileRows + i] = _mm512_reduce_add_ps(acc[i][t]);
 }
@@ -97,7 +97,7 @@ inline void GemmQ8(const PackedMatrix& w, const ActQ8& xq, const float* gsum, fl
     else
       StripScales(w, s0, m, sc.data(), sb.data());
     for (int64_t i0 = 0; i0 < m; i0 += kTileRows) {
-      // A tile's missing rows and tokens repeat its last ones (computed, not stored).
+      // A tile's missing rows repeat its last one (computed, not stored).
       const uint8_t* tc[kTileRows];
       const float* ts[kTileRows];
       for (int i = 0; i < kTileRows; ++i) {
@@ -112,12 +112,29 @@ inline void GemmQ8(const PackedMatrix& w, const ActQ8& xq, const float* gsum, fl
           tq[t] = xq.q.data() + tt * cols, tr[t] = xq.r.data() + tt * cols;
           td[t] = xq.dv8.data() + tt * steps * 16;
         }
-        if (w.group == 16)
-          GemmTile<16>(steps, gshift, tc, ts, tq, tr, td, out);
-        else if (w.group == 32)
-          GemmTile<32>(steps, gshift, tc, ts, tq, tr, td, out);
-        else
-          GemmTile<0>(steps, gshift, tc, ts, tq, tr, td, out);
+        // The last tile of a batch takes only the tokens left (a small batch is all of them).
+        auto tile = [&]<int kT>() {
+          if (w.group == 16)
+            GemmTile<16, kT>(steps, gshift, tc, ts, tq, tr, td, out);
+          else if (w.group == 32)
+            GemmTile<32, kT>(steps, gshift, tc, ts, tq, tr, td, out);
+          else
+            GemmTile<0, kT>(steps, gshift, tc, ts, tq, tr, td, out);
+        };
+        switch (std::min<int64_t>(kTileTokens, n - t0)) {
+          case 1:
+            tile.template operator()<1>();
+            break;
+          case 2:
+            tile.template operator()<2>();
+            break;
+          case 3:
+            tile.template operator()<3>();
+            break;
+          default:
+            tile.template operator()<4>();
+            break;
+        }
         for (int t = 0; t < kTileTokens && t0 + t < n; ++t)
           for (int i = 0; i < kTileRows && i0 + i < m; ++i)
             y[(t0 + t) * ldy + s0 + i0 + i] =

@@ -28,7 +28,9 @@ namespace tq {
 
 // Which kernels a batch of tokens takes: chosen by its size (kAuto), the per-token kernels at
 // every size, or the batch kernels (tiles) from one token on. With the last two, a token's row of
-// y does not depend on how many tokens share the call.
+// y does not depend on how many tokens share the call. 8-bit affine codes give every token the
+// same bits under all three (the tiles keep the per-token kernel's sums), so they take the tiles
+// from two tokens on whatever the choice.
 enum class BatchKernel : uint8_t { kAuto, kPerToken, kTiles };
 
 // y[t * ldy + r] = Σ_k x[t * w.cols + k] · W[r, k] for t < n, r0 <= r < r1.

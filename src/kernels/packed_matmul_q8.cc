@@ -120,19 +120,32 @@ inline float DotF(const float* a, const float* b, int64_t n) {
 inline float ScaleAt(const float* p, int64_t g) { return p[g]; }
 inline float ScaleAt(const uint16_t* p, int64_t g) { return bf16_to_f32(p[g]); }
 
-// Σ bf16 a[i] · b[i] (the bias terms of bf16 biases), in vectors with a scalar tail.
+// Σ bf16 a[i] · b[i] (the bias terms of bf16 biases): the same operations as DotF on the
+// biases widened to f32 (bf16 -> f32 is exact), so both give the same bits.
 inline float DotF(const uint16_t* a, const float* b, int64_t n) {
   const hn::ScalableTag<float> df;
-  const hn::Rebind<hwy::bfloat16_t, decltype(df)> dh;
-  const auto* p = reinterpret_cast<const hwy::bfloat16_t*>(a);
+  const hn::Rebind<uint16_t, decltype(df)> d16;
+  const hn::Rebind<uint32_t, decltype(df)> d32;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
+  auto widen = [&](auto v) { return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(d32, v))); };
   auto acc = hn::Zero(df);
   int64_t i = 0;
   for (; i + N <= n; i += N)
-    acc = hn::MulAdd(hn::PromoteTo(df, hn::LoadU(dh, p + i)), hn::LoadU(df, b + i), acc);
+    acc = hn::MulAdd(widen(hn::LoadU(d16, a + i)), hn::LoadU(df, b + i), acc);
+#if HWY_TARGET == HWY_AVX2
+  // No 16-bit masked load without AVX-512 (the biases are read where they lie, up to their
+  // end): a scalar tail, so bits equal DotF's only on AVX-512, which is all the tiles need.
   float sum = hn::GetLane(hn::SumOfLanes(df, acc));
   for (; i < n; ++i) sum += ScaleAt(a, i) * b[i];
   return sum;
+#else
+  if (i < n) {
+    const size_t rest = static_cast<size_t>(n - i);
+    acc = hn::MulAdd(widen(hn::MaskedLoad(hn::FirstN(d16, rest), d16, a + i)),
+                     hn::MaskedLoad(hn::FirstN(df, rest), df, b + i), acc);
+  }
+  return hn::GetLane(hn::SumOfLanes(df, acc));
+#endif
 }
 
 // The scales and biases of rows [r, r + n) as f32 (contiguous in the checkpoint: one pass).
@@ -495,8 +508,11 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
     }
 #if HWY_TARGET == HWY_AVX3_DL
   // A batch of tokens: strips unpacked once, then register tiles (packed_gemm_q8-inl.h).
-  const bool tiles =
-      kernel == BatchKernel::kAuto ? xq.n >= kGemmMinTokens : kernel == BatchKernel::kTiles;
+  // 8-bit codes meet x in the same order and the same per-lane sums in both kernels, so the
+  // tiles give each token the per-token kernel's bits and take batches from two tokens on.
+  const bool same_bits = affine && w.bits == 8;
+  const bool tiles = kernel == BatchKernel::kTiles || (same_bits && xq.n >= 2) ||
+                     (kernel == BatchKernel::kAuto && xq.n >= kGemmMinTokens);
   if (tiles && TilesSupportedImpl(w)) {
     GemmQ8(w, xq, gsum.data(), y, ldy, r0, r1);
     return;

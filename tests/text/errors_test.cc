@@ -150,7 +150,8 @@ TEST(TokenizerErrors, NormalizersThatBlowUpTextAreRejected) {
                        {{"type", "Replace"}, {"pattern", {{"String", "z"}}}, {"content", big}}}}};
   auto t0 = std::chrono::steady_clock::now();
   expect_error(j, "normalizer grows a");
-  EXPECT_LT(seconds_since(t0), 1.0);
+  // Refused before growing 120 MB (which takes minutes); a loose bound, for loaded CI machines.
+  EXPECT_LT(seconds_since(t0), 5.0);
   // What real tokenizers do (SentencePiece-style " " -> U+2581, then a prepend) still loads.
   j["normalizer"] = {
       {"type", "Sequence"},
