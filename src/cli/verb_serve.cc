@@ -19,6 +19,8 @@ Status check(const serve::ServeOptions& o) {
   if (s.queue < 0) return err("--queue must be >= 0, got {}", s.queue);
   if (s.prefill_chunk < 1) return err("--prefill-chunk must be >= 1, got {}", s.prefill_chunk);
   if (s.step_tokens < 1) return err("--step-tokens must be >= 1, got {}", s.step_tokens);
+  if (!(s.max_itl_factor == 0 || s.max_itl_factor >= 1))
+    return err("--max-itl-factor must be 0 (off) or at least 1, got {}", s.max_itl_factor);
   if (!(o.drain_timeout_s >= 0)) return err("--drain-timeout must be >= 0");
   if (!(o.upload_timeout_s > 0)) return err("--upload-timeout must be > 0");
   if (!(o.keep_alive_s > 0)) return err("--sse-keep-alive must be > 0");
@@ -52,6 +54,10 @@ const bool kRegistered = register_verb(
            ->capture_default_str();
        app.add_option("--step-tokens", o->scheduler.step_tokens,
                       "tokens per step, decode and prefill (a prefill chunk at least)")
+           ->capture_default_str();
+       app.add_option("--max-itl-factor", o->scheduler.max_itl_factor,
+                      "while streams decode, a step's prompt tokens are capped so the step takes "
+                      "at most this many decode steps' time (0: off)")
            ->capture_default_str();
        app.add_option("--api-key", o->api_key,
                       "require 'Authorization: Bearer KEY' (except /health)")

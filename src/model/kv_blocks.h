@@ -15,8 +15,8 @@ namespace tq {
 inline constexpr int64_t kKvBlockPositions = 16;
 // Fast runtime with batch_invariant: a prefill chunk of at least this many tokens gives each of
 // its positions the same bits whatever the chunk's length and start (per-token rows on the
-// batch kernels, attention per query in blocks); shorter ones take the decode paths.
-inline constexpr int64_t kPrefillSameBitsMinTokens = 8;
+// batch kernels, attention per query in blocks); a one-token chunk takes the decode paths.
+inline constexpr int64_t kPrefillSameBitsMinTokens = 2;
 
 struct KvBlockShape {
   int64_t layers = 0;

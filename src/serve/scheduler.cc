@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 #include <optional>
 
 #include "model/kv_blocks.h"
@@ -206,14 +207,23 @@ void Scheduler::step(std::vector<std::unique_ptr<Seq>>& running) {
     fed.push_back(s.get());
     budget -= static_cast<int64_t>(rows);
   }
+  const int64_t decode_rows = o_.step_tokens - budget;
+  int64_t allowance = prefill_allowance(decode_rows), prefill_tokens = 0;
   bool prefilling = false;
   for (auto& s : running) {  // in admission order
     if (s->decoding()) continue;
+    if (allowance < kPrefillSameBitsMinTokens) break;
     const auto& p = s->job->prompt;
-    const int64_t end = std::min<int64_t>(static_cast<int64_t>(p.size()),
+    // Cut at multiples of prefill_chunk; a cap ends a chunk earlier, but never one token before
+    // a cut (a one-token chunk takes the decode kernels, whose bits differ from the cold run's).
+    const int64_t cut = std::min<int64_t>(static_cast<int64_t>(p.size()),
                                           (s->prefilled / o_.prefill_chunk + 1) * o_.prefill_chunk);
+    int64_t end = allowance >= cut - s->prefilled ? cut : s->prefilled + allowance;
+    if (cut - end == 1) end = end - 1 - s->prefilled >= kPrefillSameBitsMinTokens ? end - 1 : cut;
     const int64_t n = end - s->prefilled;
     if (prefilling && n > budget) break;
+    allowance -= n;
+    prefill_tokens += n;
     s->chunk = n;
     steps.push_back({std::span<const int32_t>(p.data() + s->prefilled, static_cast<size_t>(n)),
                      &s->cache, s->logits, false});
@@ -224,6 +234,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Seq>>& running) {
   const auto t0 = Clock::now();
   Status st = model_.forward_batch(steps);
   const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  record_step(decode_rows, prefill_tokens, step_s);
   ++m_.steps;
   for (const auto& x : steps) m_.step_rows += static_cast<int64_t>(x.tokens.size());
   if (!st.ok()) {
@@ -292,6 +303,33 @@ void Scheduler::take_checked_rows(Seq& s, double step_s) {
   s.spec->record(proposed, accepted, taken, step_s);
   if (proposed > 0) ++m_.spec_checks;
   m_.spec_proposed += proposed, m_.spec_accepted += accepted;
+}
+
+int64_t Scheduler::prefill_allowance(int64_t decode_rows) const {
+  constexpr int64_t kAll = std::numeric_limits<int64_t>::max();
+  if (o_.max_itl_factor <= 0 || decode_rows == 0 || prefill_token_s_ <= 0 || decode_row_s_ <= 0)
+    return kAll;
+  const double room = (o_.max_itl_factor - 1.0) * decode_row_s_ * static_cast<double>(decode_rows);
+  return std::max<int64_t>(kPrefillSameBitsMinTokens,
+                           static_cast<int64_t>((room - prefill_fixed_s_) / prefill_token_s_));
+}
+
+void Scheduler::record_step(int64_t decode_rows, int64_t prefill_tokens, double step_s) {
+  // Exponential averages over the last several steps: the costs drift with context length and
+  // with whatever else runs on the machine.
+  auto fold = [](double& avg, double v) { avg = avg > 0 ? 0.8 * avg + 0.2 * v : v; };
+  if (prefill_tokens == 0) {
+    if (decode_rows > 0) fold(decode_row_s_, step_s / static_cast<double>(decode_rows));
+    return;
+  }
+  // What the decode rows of a mixed step cost, by the decode estimate; the rest is prefill's.
+  const double rest = step_s - decode_row_s_ * static_cast<double>(decode_rows);
+  if (prefill_tokens >= 32 || prefill_token_s_ == 0)
+    fold(prefill_token_s_, std::max(rest, 0.5 * step_s) / static_cast<double>(prefill_tokens));
+  if (decode_rows > 0 && prefill_tokens < 32)
+    fold(prefill_fixed_s_,
+         std::max(0.0, rest - prefill_token_s_ * static_cast<double>(prefill_tokens)));
+  m_.prefill_capped = std::min(prefill_allowance(decode_rows), o_.step_tokens);
 }
 
 int64_t Scheduler::cache_room() const {

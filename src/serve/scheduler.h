@@ -44,7 +44,10 @@ struct SchedulerOptions {
   int64_t prefill_chunk = 128;  // prompt tokens per sequence per step
   int64_t step_tokens = 256;    // tokens per step (decode rows + prefill), one chunk at least
   int64_t kv_blocks = 0;        // KV blocks all sequences may hold together (0: no limit)
-  bool log = true;              // one line per finished request on stderr
+  // While sequences decode, a step's prefill tokens are capped so that the step takes at most
+  // this many times a decode-only step (measured); 0: whole chunks within step_tokens.
+  double max_itl_factor = 2.0;
+  bool log = true;  // one line per finished request on stderr
   // Speculative decoding: each sequence's proposer (null: none). Decode rows then carry their
   // proposals as per_token rows; a sequence's tokens stay those of plain decoding.
   SpeculatorFactory speculate;
@@ -79,6 +82,10 @@ class Scheduler {
   void reuse_cached(Seq& s);   // at admission: the prompt's cached blocks into its cache
   void store_cached(Seq& s);   // at the end of its prefill: its full prompt blocks into the cache
   int64_t cache_room() const;  // blocks the prompt cache may hold now
+  // Prefill tokens a step with `decode_rows` decode rows may carry (max_itl_factor), and the
+  // step's measured time folded into the estimates it uses.
+  int64_t prefill_allowance(int64_t decode_rows) const;
+  void record_step(int64_t decode_rows, int64_t prefill_tokens, double step_s);
   static GenerationOptions choice_options(const Job& j, int choice);
 
   const Transformer& model_;
@@ -96,6 +103,11 @@ class Scheduler {
   bool stop_ = false;
   std::thread thread_;
   std::vector<float> scratch_;  // raw logits for log-probabilities
+  // Running estimates (scheduler thread), 0 until measured: a decode-only step's seconds per
+  // decode row; a prefill token's seconds (from steps of 32+ prompt tokens); the fixed seconds
+  // a prefill chunk adds to a step beside decode rows (unpacking codes for the batch kernels,
+  // its attention call), whatever its length.
+  double decode_row_s_ = 0.0, prefill_token_s_ = 0.0, prefill_fixed_s_ = 0.0;
 };
 
 }  // namespace tq::serve

@@ -7,6 +7,7 @@ import http.client
 import json
 import math
 import socket
+import threading
 import time
 
 import openai
@@ -619,3 +620,40 @@ def test_memory_budget_admission(tq_bin, smollm2_gguf):
               f"{m['tq_peak_resident_bytes'] / 2**20:.1f} MiB")
     finally:
         assert s.stop() == 0
+
+
+def test_capped_prefill_beside_a_decoding_stream_gives_the_same_tokens(tq_bin, smollm2_gguf):
+    """--max-itl-factor 1 (the tightest cap): a prompt admitted while another stream decodes is
+    prefilled two tokens a step beside it, and its greedy tokens equal those of a lone run."""
+    s = Server(tq_bin, smollm2_gguf, "--threads", "2", "--ctx", str(CTX), "--max-seqs", "2",
+               "--max-itl-factor", "1")
+    try:
+        c = client(s)
+        mid = model_id(s)
+        prompt = ("The old lighthouse keeper climbed the stairs every evening, counting the "
+                  "steps and the ships he could see from the top. ") * 8
+        alone = c.completions.create(model=mid, prompt=prompt, max_tokens=16,
+                                     temperature=0).choices[0].text
+        decoding = threading.Event()
+
+        def stream():
+            n = 0
+            for chunk in c.completions.create(model=mid, prompt="Once upon a time", stream=True,
+                                              max_tokens=400, temperature=0,
+                                              extra_body={"ignore_eos": True}):
+                n += 1
+                if n == 4:
+                    decoding.set()
+            return n
+
+        with cf.ThreadPoolExecutor(1) as ex:
+            f = ex.submit(stream)
+            assert decoding.wait(60)
+            beside = c.completions.create(model=mid, prompt=prompt, max_tokens=16,
+                                          temperature=0).choices[0].text
+            capped = s.metrics()["tq_prefill_allowance_tokens"]
+            f.result()
+        assert beside == alone
+        assert capped == 2, capped  # its last prefill step carried two tokens beside the stream
+    finally:
+        assert s.stop() == 0, "".join(s.log)

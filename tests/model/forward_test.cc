@@ -530,9 +530,11 @@ TEST_P(TinyForward, ChunkingAndCopiedBlocksGiveColdBits) {
       kv_block_read(c, *shape, b, bytes);
       return bytes;
     };
-    {  // other chunk lengths (all >= 8 tokens)
+    for (const std::vector<int64_t>& ends :  // other chunk lengths, down to two tokens
+         {std::vector<int64_t>{16, 48, 128, 140, len},
+          std::vector<int64_t>{2, 5, 16, 19, 48, 50, 126, 128, 130, 140, 148, len}}) {
       KvCache c = (*t)->new_cache(len);
-      prefill(c, {16, 48, 128, 140, len}, got);
+      prefill(c, ends, got);
       EXPECT_EQ(cold, got);
       for (int64_t b = 0; b < len / 16; ++b) EXPECT_EQ(block(ref, b), block(c, b)) << "block " << b;
     }

@@ -68,7 +68,8 @@ TEST(PromptCacheChain, KeysNameTheWholePrefixOnOneModel) {
 
 TEST(PromptCacheChain, UsableBlocksKeepColdChunkArithmetic) {
   // len 150, chunks of 128: 9 full blocks; at least one token recomputed.
-  EXPECT_EQ(usable_cached_blocks(9, 150, 128), 8);   // 144..149 is 6 tokens: back to 128
+  EXPECT_EQ(usable_cached_blocks(9, 150, 128), 9);   // 144..149: 6 tokens
+  EXPECT_EQ(usable_cached_blocks(9, 145, 128), 8);   // 144..144 is one token: back to 128
   EXPECT_EQ(usable_cached_blocks(7, 150, 128), 7);   // 112..127: 16 tokens
   EXPECT_EQ(usable_cached_blocks(20, 160, 128), 9);  // 144..159: 16 tokens
   EXPECT_EQ(usable_cached_blocks(2, 33, 128), 1);    // 32..32 is one token: back to 16..32

@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""How much a long prompt arriving during decode slows the streams already running in `tq serve`.
+
+STREAMS streamed completions decode (greedy, `ignore_eos`, DECODE tokens each); once every stream
+has produced its first tokens, one completion with a PROMPT-token prompt (random common words)
+arrives. For each stream the gaps between streamed text chunks are split into those before the
+long prompt arrived and those while it was prefilled (until its first token); the table gives
+p50/p99 of both, their ratio, and the long prompt's time to first token. Arms: `tq serve` with
+each --max-itl-factor given (0: off, whole prefill chunks), alternated round by round.
+
+Usage:
+  bench/serve_itl.py MODEL [--factors 2,0] [--streams 2] [--prompt 4096] [--decode 1500]
+                     [--rounds 3] [--threads 2]
+Run it alone on the machine (flock /tmp/tq-bench.lock on a shared one).
+"""
+import argparse
+import concurrent.futures as cf
+import http.client
+import json
+import pathlib
+import random
+import statistics
+import sys
+import threading
+import time
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from serve_load import ROOT, WORDS, Proc, free_port, pct  # noqa: E402
+
+
+def stream(port, prompt, max_tokens, times, started):
+    """A streamed completion; appends each text chunk's arrival time to `times`."""
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "ignore_eos": True}
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=900)
+    c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    r = c.getresponse()
+    if r.status != 200:
+        raise RuntimeError(f"HTTP {r.status}: {r.read()[:200]!r}")
+    while True:
+        line = r.readline()
+        if not line:
+            break
+        line = line.strip()
+        if not line.startswith(b"data: ") or line[6:] == b"[DONE]":
+            continue
+        ev = json.loads(line[6:])
+        if ev.get("choices") and ev["choices"][0].get("text"):
+            times.append(time.perf_counter())
+            if len(times) == 8 and started is not None:
+                started.release()
+
+
+def words(n, seed):
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def one_round(a, factor, seed):
+    port = free_port()
+    argv = [a.tq_bin, "serve", a.model, "--port", str(port), "--threads", str(a.threads),
+            "--ctx", str(a.prompt + a.decode + 256), "--max-seqs", str(a.streams + 1),
+            "--max-itl-factor", str(factor)]
+    p = Proc(f"itl_{factor}", argv, port, "/health/ready")
+    try:
+        # Warm-up: a short prompt and a long one, so the prefill estimates exist.
+        stream(port, words(64, 1), 4, [], None)
+        stream(port, words(a.prompt // 4, 2), 1, [], None)
+        started = threading.Semaphore(0)
+        times = [[] for _ in range(a.streams)]
+        with cf.ThreadPoolExecutor(a.streams + 1) as ex:
+            futs = [ex.submit(stream, port, words(48, seed * 10 + i), a.decode, times[i], started)
+                    for i in range(a.streams)]
+            for _ in range(a.streams):
+                started.acquire()
+            time.sleep(1.0)  # baseline gaps with every stream decoding
+            long_times = []
+            t_arrive = time.perf_counter()
+            lf = ex.submit(stream, port, words(int(a.prompt * 0.8), seed * 10 + 9), 2,
+                           long_times, None)
+            lf.result()
+            for f in futs:
+                f.result()
+        t_first = long_times[0] if long_times else time.perf_counter()
+        before, during = [], []
+        for ts in times:
+            for t0, t1 in zip(ts, ts[1:]):
+                (before if t1 < t_arrive else during if t0 >= t_arrive and t1 <= t_first
+                 else []).append(t1 - t0)
+        return {"factor": factor, "before_p50": pct(before, 50), "before_p99": pct(before, 99),
+                "during_p50": pct(during, 50), "during_p99": pct(during, 99),
+                "gaps_during": len(during), "ttft": t_first - t_arrive}
+    finally:
+        p.stop()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("model", help="model for tq serve")
+    ap.add_argument("--factors", default="2,0", help="--max-itl-factor values, alternated")
+    ap.add_argument("--streams", type=int, default=2, help="streams decoding when it arrives")
+    ap.add_argument("--prompt", type=int, default=4096, help="tokens of the arriving prompt")
+    ap.add_argument("--decode", type=int, default=1500, help="tokens each stream decodes")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--tq-bin", default=str(ROOT / "build" / "tq"))
+    a = ap.parse_args()
+    factors = [float(f) for f in a.factors.split(",")]
+    res = {f: [] for f in factors}
+    for r in range(a.rounds):
+        for f in factors:
+            x = one_round(a, f, r)
+            res[f].append(x)
+            print(f"round {r + 1} factor {f:g}: ITL p50/p99 before {1e3 * x['before_p50']:.1f}/"
+                  f"{1e3 * x['before_p99']:.1f} ms, during {1e3 * x['during_p50']:.1f}/"
+                  f"{1e3 * x['during_p99']:.1f} ms ({x['gaps_during']} gaps), long prompt TTFT "
+                  f"{x['ttft']:.2f} s", flush=True)
+    print(f"\n{a.streams} streams decoding, a {a.prompt}-token prompt arrives; medians of "
+          f"{a.rounds} rounds")
+    print("| --max-itl-factor | ITL p50 / p99 before (ms) | during its prefill (ms) | "
+          "p99 ratio | its TTFT (s) |")
+    print("|---|---|---|---|---|")
+    for f in factors:
+        m = {k: statistics.median(x[k] for x in res[f])
+             for k in ("before_p50", "before_p99", "during_p50", "during_p99", "ttft")}
+        print(f"| {f:g} | {1e3 * m['before_p50']:.1f} / {1e3 * m['before_p99']:.1f} | "
+              f"{1e3 * m['during_p50']:.1f} / {1e3 * m['during_p99']:.1f} | "
+              f"{m['during_p99'] / max(m['before_p99'], 1e-9):.2f} | {m['ttft']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
