@@ -98,7 +98,10 @@ Status cancelled(const ConvertOptions& o) {
 
 DType default_output_dtype(const ModelSource& src) {
   if (src.kind == SourceKind::kGguf) return DType::kBF16;
-  const TensorInfo* e = src.tensors->find("model.embed_tokens.weight");
+  std::string embed = "model.embed_tokens.weight";
+  for (const TensorKind& k : table_for(src.config))
+    if (k.role == TensorRole::kEmbed) embed = tensor_name(k, -1);
+  const TensorInfo* e = src.tensors->find(embed);
   DType d = e ? e->stored_dtype : DType::kF32;
   if (d == DType::kBF16 || d == DType::kF16 || d == DType::kF32) return d;
   return DType::kF32;
@@ -112,9 +115,6 @@ Result<ConvertJob> prepare_convert(const ConvertOptions& opts,
                                    std::vector<WeightTransform*> transforms) {
   ConvertJob job;
   TQ_TRY(job.source, open_model(opts.source));
-  if (job.source.config.family == Family::kQwen35 && !transforms.empty())
-    return err("{}: model_type qwen3_5: --rotate-weights is not supported for this family yet",
-               opts.source);
   job.config = job.source.config_json;
   job.config.erase("quantization");  // re-quantizing an MLX source starts from its float values
   job.config.erase("quantization_config");

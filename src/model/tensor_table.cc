@@ -244,6 +244,17 @@ std::span<const TensorKind> table_for(const ModelConfig& cfg) {
   return family_table(cfg.family);
 }
 
+bool tensor_present(const TensorKind& k, const ModelConfig& cfg, int64_t layer) {
+  return row_present(k, cfg, layer);
+}
+
+std::string_view r2_off_reason(Family f) {
+  if (f == Family::kQwen35)
+    return "the attention output gate multiplies each head's output elementwise and does not "
+           "commute with a per-head rotation";
+  return {};
+}
+
 std::string tensor_name(const TensorKind& k, int64_t layer) {
   std::string s(k.pattern);
   if (auto p = s.find("{L}"); p != std::string::npos) s.replace(p, 3, std::to_string(layer));

@@ -108,6 +108,12 @@ struct TensorKind {
 std::span<const TensorKind> family_table(Family f);
 std::span<const TensorKind> table_for(const ModelConfig& cfg);
 
+// Whether row k has a tensor at `layer` (-1: outside the layers) of this geometry.
+bool tensor_present(const TensorKind& k, const ModelConfig& cfg, int64_t layer);
+// Why a family's table has no per-head value space for R2 (qwen3_5: the attention output
+// gate), or empty.
+std::string_view r2_off_reason(Family f);
+
 // One concrete tensor a config implies.
 struct TensorSpec {
   std::string name;

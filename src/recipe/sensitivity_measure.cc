@@ -13,9 +13,11 @@ namespace tq {
 
 namespace {
 
+// The mixer half of a layer (attention, or qwen3_5's Gated DeltaNet).
 bool is_attention(TensorRole r) {
-  return r == TensorRole::kAttnQ || r == TensorRole::kAttnK || r == TensorRole::kAttnV ||
-         r == TensorRole::kAttnO;
+  using R = TensorRole;
+  return r == R::kAttnQ || r == R::kAttnK || r == R::kAttnV || r == R::kAttnO || r == R::kLinQkv ||
+         r == R::kLinZ || r == R::kLinB || r == R::kLinA || r == R::kLinOut;
 }
 
 float round_to(float x, DType t) {

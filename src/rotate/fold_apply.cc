@@ -7,6 +7,13 @@ namespace tq {
 
 namespace {
 
+// The name of a global tensor in the fold's (output) layout.
+std::string global_name(Family f, TensorRole role) {
+  for (const TensorKind& k : family_table(f))
+    if (k.role == role && !k.per_layer()) return tensor_name(k, -1);
+  return std::string(tensor_role_name(role));
+}
+
 bool sets_ones(const TensorFold& f) {
   return std::any_of(f.steps.begin(), f.steps.end(),
                      [](const FoldStep& s) { return s.op == FoldOp::kSetOnes; });
@@ -110,9 +117,10 @@ Status Folder::apply(const TensorFold& f, int64_t layer, TensorMap& t, const Rot
 
 Status Folder::apply_globals(TensorMap& t) const {
   if (plan_.untie) {
-    auto e = t.find("model.embed_tokens.weight");
-    if (e == t.end()) return err("model.embed_tokens.weight: missing (untie needs it)");
-    t["lm_head.weight"] = e->second;
+    const std::string embed = global_name(plan_.config.family, TensorRole::kEmbed);
+    auto e = t.find(embed);
+    if (e == t.end()) return err("{}: missing (untie needs it)", embed);
+    t[global_name(plan_.config.family, TensorRole::kLmHead)] = e->second;
   }
   // Gains are read by the γ-folds first and set to ones afterwards.
   for (const auto& f : plan_.globals)
@@ -130,9 +138,11 @@ Status Folder::apply_layer(int64_t layer, TensorMap& t) const {
     TQ_TRY(r2, plan_.make_r2(layer));
   }
   for (const auto& f : plan_.layer)
-    if (!sets_ones(f)) TQ_CHECK_OK(apply(f, layer, t, &r2));
+    if (!sets_ones(f) && tensor_present(*f.kind, plan_.config, layer))
+      TQ_CHECK_OK(apply(f, layer, t, &r2));
   for (const auto& f : plan_.layer)
-    if (sets_ones(f)) TQ_CHECK_OK(apply(f, layer, t, &r2));
+    if (sets_ones(f) && tensor_present(*f.kind, plan_.config, layer))
+      TQ_CHECK_OK(apply(f, layer, t, &r2));
   return ok_status();
 }
 

@@ -26,9 +26,13 @@ struct RotationOptions {
   RotationKind r2 = RotationKind::kHadamard;
   uint64_t seed = 0;
   FoldDType fold_dtype = FoldDType::kF32;
+  // --r2 was given on the command line: a family without R2 (qwen3_5) then refuses instead of
+  // noting that R2 is off.
+  bool r2_given = false;
 };
 
-// The --r1/--r2/--seed flags of tq convert and tq sensitivity; errors name the flag.
+// The --r1/--r2/--seed flags of tq convert and tq sensitivity; errors name the flag. An empty r2
+// is the default (hadamard where the family has R2) and leaves r2_given false.
 Result<RotationOptions> parse_rotation_options(std::string_view r1, std::string_view r2,
                                                uint64_t seed);
 
