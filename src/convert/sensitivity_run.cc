@@ -310,6 +310,7 @@ Result<SensitivityRunResult> run_sensitivity(
   ModelConfig cfg = m.src.config;
   if (o.rotation && o.rotation->r1 != RotationKind::kNone) cfg.tie_word_embeddings = false;
   cfg.hf_layout = false;  // module names as the converted artifact holds them (qwen3_5)
+  cfg.has_mtp = false;    // the MTP companion does not change the model's logits
 
   SensitivityRunResult r;
   SensitivityTable& t = r.table;

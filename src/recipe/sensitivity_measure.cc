@@ -90,7 +90,7 @@ double row_kl(const float* p, const float* x, int64_t n, double neg_entropy) {
 std::vector<ModuleSensitivity> quantizable_modules(const ModelConfig& cfg, DType dtype) {
   std::vector<ModuleSensitivity> out;
   for (const TensorSpec& s : expected_tensors(cfg)) {
-    if (!s.kind->quantizable || s.shape.size() != 2) continue;
+    if (!s.kind->quantizable || s.shape.size() != 2 || s.kind->companion()) continue;
     ModuleSensitivity m;
     const std::string suffix = ".weight";
     m.name = s.name.ends_with(suffix) ? s.name.substr(0, s.name.size() - suffix.size()) : s.name;

@@ -31,19 +31,26 @@ Status run_steps(const TensorFold& f, const std::string& name, T* x, int64_t row
       case FoldOp::kSetOnes:
         break;  // done by the caller
       case FoldOp::kGammaCols: {
-        const std::string gname = tensor_name(*s.norm, layer);
-        auto it = t.find(gname);
-        if (it == t.end()) return err("{}: gamma-fold needs {}, which is missing", name, gname);
-        if (it->second.shape != Shape{cols})
-          return err("{}: gamma-fold: {} has shape {}, expected [{}]", name, gname,
-                     shape_str(it->second.shape), cols);
-        const float* g = it->second.data.data();
+        // One norm over the input, or two over its halves ([embedding | hidden] of the MTP fc).
+        std::vector<float> g;
+        const int64_t parts = s.norm_hi != nullptr ? 2 : 1, width = cols / parts;
+        for (const TensorKind* norm : {s.norm, s.norm_hi}) {
+          if (norm == nullptr) continue;
+          const std::string gname = tensor_name(*norm, layer);
+          auto it = t.find(gname);
+          if (it == t.end()) return err("{}: gamma-fold needs {}, which is missing", name, gname);
+          if (it->second.shape != Shape{width} || width * parts != cols)
+            return err("{}: gamma-fold: {} has shape {}, expected [{}]", name, gname,
+                       shape_str(it->second.shape), width);
+          g.insert(g.end(), it->second.data.begin(), it->second.data.end());
+        }
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < cols; ++c) x[r * cols + c] *= static_cast<T>(g[c]);
         break;
       }
-      case FoldOp::kR1Right:
-        rotate_rows(r1, x, rows);
+      case FoldOp::kR1Right:  // each row is cols / n residual vectors (one, or the fc's two)
+        if (cols % r1.n != 0) return err("{}: {} columns are not residual blocks", name, cols);
+        rotate_rows(r1, x, rows * (cols / r1.n));
         break;
       case FoldOp::kR1LeftT:
         rotate_cols_t(r1, x, cols, cols);

@@ -16,7 +16,7 @@ const TensorKind* row_of(std::span<const TensorKind> table, TensorRole role) {
 
 bool feeds_a_linear(std::span<const TensorKind> table, TensorRole norm) {
   return std::any_of(table.begin(), table.end(),
-                     [&](const TensorKind& k) { return k.fed_by == norm; });
+                     [&](const TensorKind& k) { return k.fed_by == norm || k.fed_by_hi == norm; });
 }
 
 Result<RotationSpec> rotation_spec(RotationKind kind, int64_t n, std::string_view what,
@@ -107,7 +107,7 @@ Result<FoldPlan> plan_folds(const ModelConfig& cfg, const RotationOptions& opts)
   if (opts.r1 != RotationKind::kNone) {
     for (const auto& k : table)
       if (k.dims.size() == 1 && k.row_space == Space::kResidual && k.side == ResidualSide::kNone &&
-          !feeds_a_linear(table, k.role))
+          !feeds_a_linear(table, k.role) && !k.ones_under_r1)
         return err("{}: R1 cannot fold: the gain {} feeds no linear", fam, k.pattern);
     TQ_TRY(p.r1, rotation_spec(opts.r1, cfg.hidden_size, "hidden_size", "--r1"));
   }
@@ -150,8 +150,10 @@ Result<FoldPlan> plan_folds(const ModelConfig& cfg, const RotationOptions& opts)
     seen.push_back(&k);
     TensorFold f{&k, {}};
     if (k.role == TensorRole::kLmHead && p.untie) f.steps.push_back({FoldOp::kCloneEmbed});
-    if (k.fed_by && r1_on) f.steps.push_back({FoldOp::kGammaCols, row_of(table, *k.fed_by)});
-    const bool gain = k.dims.size() == 1 && feeds_a_linear(table, k.role);
+    if (k.fed_by && r1_on)
+      f.steps.push_back({FoldOp::kGammaCols, row_of(table, *k.fed_by),
+                         k.fed_by_hi ? row_of(table, *k.fed_by_hi) : nullptr});
+    const bool gain = k.dims.size() == 1 && (feeds_a_linear(table, k.role) || k.ones_under_r1);
     if (gain && r1_on) f.steps.push_back({FoldOp::kSetOnes});
     if (p.r1.kind != RotationKind::kNone) {
       if (k.col_space == Space::kResidual) f.steps.push_back({FoldOp::kR1Right});
@@ -188,9 +190,11 @@ std::vector<std::string> describe_plan(const FoldPlan& p) {
   auto line = [&](const TensorFold& f) {
     std::vector<std::string> ops;
     for (const auto& s : f.steps)
-      ops.push_back(s.op == FoldOp::kGammaCols
-                        ? fmt::format("gamma({})", tensor_role_name(s.norm->role))
-                        : std::string(fold_op_name(s.op)));
+      ops.push_back(s.op != FoldOp::kGammaCols ? std::string(fold_op_name(s.op))
+                    : s.norm_hi != nullptr
+                        ? fmt::format("gamma({} | {})", tensor_role_name(s.norm->role),
+                                      tensor_role_name(s.norm_hi->role))
+                        : fmt::format("gamma({})", tensor_role_name(s.norm->role)));
     out.push_back(fmt::format(
         "  {}: {}", f.kind->pattern,
         ops.empty() ? std::string("unchanged") : fmt::format("{}", fmt::join(ops, ", "))));

@@ -44,7 +44,7 @@ enum class FoldOp : uint8_t {
   kCloneEmbed,  // lm_head.weight <- a copy of model.embed_tokens.weight (untie)
   kGammaCols,   // W <- W·diag(γ), γ = the gain of `norm`
   kSetOnes,     // a folded RMSNorm gain <- ones (module and eps kept)
-  kR1Right,     // W <- W·R1 (input features or embedding rows are residual)
+  kR1Right,     // W <- W·R1 per residual-width block of the input (the MTP fc has two)
   kR1LeftT,     // W <- R1ᵀ·W, b <- R1ᵀ·b (output features are residual)
   kR2LeftT,     // per kv head m: W_m <- R2ᵀ·W_m, b_m <- R2ᵀ·b_m (v_proj rows, v bias)
   kR2Right,     // per query head n: W_n <- W_n·R2 (o_proj columns)
@@ -53,7 +53,8 @@ std::string_view fold_op_name(FoldOp op);
 
 struct FoldStep {
   FoldOp op;
-  const TensorKind* norm = nullptr;  // kGammaCols: the norm's table row
+  const TensorKind* norm = nullptr;     // kGammaCols: the norm's table row
+  const TensorKind* norm_hi = nullptr;  // kGammaCols: the second input half's norm (MTP fc)
 };
 
 struct TensorFold {

@@ -321,6 +321,25 @@ TEST(FoldPlan, Qwen35CorridorMap) {
   EXPECT_TRUE(plan_folds(config_of(tiny_json("qwen3_5", true)),
                          RotationOptions{.r2 = RotationKind::kNone, .r2_given = true})
                   .ok());
+  // The MTP companion folds with the same R1: fc's two input halves each γ-folded and turned,
+  // its output turned back; its final gain (feeding the trunk's head) set to ones.
+  ModelConfig with_mtp = config_of(tiny_json("qwen3_5", true));
+  with_mtp.has_mtp = true;
+  auto m = plan_folds(with_mtp, RotationOptions{});
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ(ops_of(*m, R::kMtpFc), (std::vector<O>{O::kGammaCols, O::kR1Right, O::kR1LeftT}));
+  for (const auto& f : m->globals)
+    if (f.kind->role == R::kMtpFc) {
+      EXPECT_EQ(f.steps[0].norm->role, R::kMtpNormEmb);
+      ASSERT_NE(f.steps[0].norm_hi, nullptr);
+      EXPECT_EQ(f.steps[0].norm_hi->role, R::kMtpNormHidden);
+    }
+  for (R r : {R::kMtpNormEmb, R::kMtpNormHidden, R::kMtpNormAttn, R::kMtpNormMlp, R::kMtpNormFinal})
+    EXPECT_EQ(ops_of(*m, r), (std::vector<O>{O::kSetOnes})) << tensor_role_name(r);
+  EXPECT_EQ(ops_of(*m, R::kMtpQ), (std::vector<O>{O::kGammaCols, O::kR1Right}));
+  EXPECT_EQ(ops_of(*m, R::kMtpDown), (std::vector<O>{O::kR1LeftT}));
+  EXPECT_TRUE(ops_of(*m, R::kMtpQNorm).empty());
+
   // An explicit --r2 still works where the family has R2.
   EXPECT_TRUE(
       plan_folds(config_of(tiny_json("llama", true)), RotationOptions{.r2_given = true}).ok());
