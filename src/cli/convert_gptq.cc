@@ -8,6 +8,7 @@
 #include "base/comm.h"
 #include "convert/gptq_resume.h"
 #include "model/model_tokenizer.h"
+#include "model/tensor_table.h"
 #include "quant/calib.h"
 
 namespace tq::cli {
@@ -79,8 +80,6 @@ nlohmann::json gptq_options_record(const GptqArgs& a) {
 }
 
 Result<GptqSetup> make_gptq(const GptqArgs& a, const ConvertJob& job, const ConvertOptions& o) {
-  if (job.source.config.family == Family::kQwen35)
-    return err("{}: model_type qwen3_5: --gptq is not supported for this family yet", o.source);
   GptqDriverOptions d;
   TQ_TRY(const uint64_t calib_memory, parse_byte_size(a.max_calib_memory, "--max-calib-memory"));
   d.max_calib_memory = static_cast<int64_t>(calib_memory);
@@ -134,7 +133,10 @@ Result<GptqSetup> make_gptq(const GptqArgs& a, const ConvertJob& job, const Conv
     std::fprintf(stderr, "tq convert: gptq calibration rows over %d ranks (blocks of %lld rows)\n",
                  world().size(), static_cast<long long>(d.hessian_row_block));
   const ModelSource* src = &job.source;
-  auto load_embedding = [src]() { return src->tensors->load_f32("model.embed_tokens.weight"); };
+  std::string embed_name = "model.embed_tokens.weight";
+  for (const TensorKind& k : table_for(src->config))
+    if (k.role == TensorRole::kEmbed) embed_name = tensor_name(k, -1);
+  auto load_embedding = [src, embed_name]() { return src->tensors->load_f32(embed_name); };
   TQ_TRY(s.quantizer, GptqQuantizer::create(job.plan.config, calib, std::move(d), load_embedding,
                                             o.record_timings));
   return s;

@@ -46,7 +46,7 @@ struct ConvertArgs {
   bool no_quantize = false;
   // --rotate-weights and its options
   bool rotate = false, save_rotations = false;
-  std::string r1 = "hadamard", r2 = "hadamard", fold_dtype = "f32";
+  std::string r1 = "hadamard", r2, fold_dtype = "f32";
   uint64_t seed = 0;
 };
 
@@ -74,7 +74,7 @@ nlohmann::json options_record(const ConvertArgs& a) {
   if (a.gptq.enabled) o["gptq"] = gptq_options_record(a.gptq);
   if (a.rotate)
     o["rotate_weights"] = {{"r1", a.r1},
-                           {"r2", a.r2},
+                           {"r2", a.r2.empty() ? "hadamard" : a.r2},
                            {"seed", a.seed},
                            {"fold_dtype", a.fold_dtype},
                            {"save_rotations", a.save_rotations}};

@@ -17,7 +17,7 @@ namespace {
 
 struct SensOptions : SensitivityRunOptions {
   bool rotate_weights = false, json = false;
-  std::string r1 = "hadamard", r2 = "hadamard";
+  std::string r1 = "hadamard", r2;
   uint64_t seed = 0;
 };
 
@@ -53,7 +53,7 @@ namespace {
 Status run_sensitivity_verb(SensOptions o) {
   if (o.rotate_weights) {
     TQ_TRY(o.rotation, parse_rotation_options(o.r1, o.r2, o.seed));
-  } else if (o.r1 != "hadamard" || o.r2 != "hadamard" || o.seed != 0) {
+  } else if (o.r1 != "hadamard" || !o.r2.empty() || o.seed != 0) {
     return err("--r1/--r2/--seed only apply with --rotate-weights");
   }
   auto log = [](const std::string& line) { fmt::print(stderr, "sensitivity: {}\n", line); };

@@ -57,7 +57,7 @@ Result<AllocateOutcome> allocate_convert_plan(ConvertJob& job, const AllocateReq
   uint64_t free_params = 0, free_bytes = 0;
   int pinned = 0;
   for (PlanEntry& e : plan.entries) {
-    if (!e.kind->quantizable) continue;
+    if (!e.kind->quantizable || e.kind->companion()) continue;  // the MTP keeps its spec
     if (e.pinned) {
       ++pinned;
       continue;

@@ -98,7 +98,10 @@ Status cancelled(const ConvertOptions& o) {
 
 DType default_output_dtype(const ModelSource& src) {
   if (src.kind == SourceKind::kGguf) return DType::kBF16;
-  const TensorInfo* e = src.tensors->find("model.embed_tokens.weight");
+  std::string embed = "model.embed_tokens.weight";
+  for (const TensorKind& k : table_for(src.config))
+    if (k.role == TensorRole::kEmbed) embed = tensor_name(k, -1);
+  const TensorInfo* e = src.tensors->find(embed);
   DType d = e ? e->stored_dtype : DType::kF32;
   if (d == DType::kBF16 || d == DType::kF16 || d == DType::kF32) return d;
   return DType::kF32;
@@ -112,14 +115,12 @@ Result<ConvertJob> prepare_convert(const ConvertOptions& opts,
                                    std::vector<WeightTransform*> transforms) {
   ConvertJob job;
   TQ_TRY(job.source, open_model(opts.source));
-  if (job.source.config.family == Family::kQwen35 && !transforms.empty())
-    return err("{}: model_type qwen3_5: --rotate-weights is not supported for this family yet",
-               opts.source);
   job.config = job.source.config_json;
   job.config.erase("quantization");  // re-quantizing an MLX source starts from its float values
   job.config.erase("quantization_config");
   for (WeightTransform* t : transforms) TQ_CHECK_OK(t->edit_config(job.config));
   TQ_TRY(ModelConfig cfg, parse_model_config(job.config, opts.source + " (output config)"));
+  cfg.has_mtp = job.source.config.has_mtp;  // the names said so; written as a companion file
   PlanOptions po = opts.plan;
   po.dtype = opts.dtype.value_or(default_output_dtype(job.source));
   if (!opts.recipe.empty()) {
@@ -155,20 +156,39 @@ Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
   TQ_TRY(std::string fingerprint, source_fingerprint(job.source));
   TQ_TRY(NamedFiles tok_files, job.source.tensors->tokenizer_files());
   TQ_TRY(std::string config_text, dump_json(output_config(job), 4, opts.dest + "/config.json"));
-  const std::vector<TensorDecl> decls = plan.stored_tensors();
+  // The model's tensors, and the MTP companion's (qwen3_5) for mtp.safetensors beside them:
+  // mlx-lm loads model*.safetensors only, and our index does not list the companion.
+  std::vector<TensorDecl> decls, companion_decls;
+  std::set<std::string> companion_names;
+  for (const PlanEntry& e : plan.entries)
+    if (e.kind != nullptr && e.kind->companion())
+      for (const char* part : {".weight", ".scales", ".biases"})
+        companion_names.insert(e.module + part), companion_names.insert(e.name);
+  for (TensorDecl& d : plan.stored_tensors())
+    (companion_names.count(d.name) ? companion_decls : decls).push_back(std::move(d));
   uint64_t out_total = 0;
   for (const auto& d : decls) out_total += d.nbytes();
+  for (const auto& d : companion_decls) out_total += d.nbytes();
   TQ_CHECK_OK(cancelled(opts));
 
   std::optional<StagingDir> stage;
-  std::unique_ptr<ShardedWriter> writer;
+  std::unique_ptr<ShardedWriter> writer, companion;
   if (opts.write_output) {
     TQ_TRY(StagingDir made, StagingDir::create(opts.dest, opts.force));
     stage.emplace(std::move(made));
     ShardedWriterOptions wo;
     wo.max_shard_bytes = opts.max_shard_bytes;
+    if (!companion_decls.empty()) {
+      ShardedWriterOptions co = wo;
+      co.stem = "mtp";
+      co.write_index = false;
+      TQ_TRY(companion, ShardedWriter::create(stage->path(), companion_decls, co));
+    }
     TQ_TRY(writer, ShardedWriter::create(stage->path(), decls, wo));
   }
+  auto write = [&](const std::string& name, std::span<const uint8_t> bytes) -> Status {
+    return (companion_names.count(name) ? *companion : *writer).write(name, bytes);
+  };
 
   const std::vector<Group> groups = make_groups(plan, !job.transforms.empty());
   ConvertProgress prog;
@@ -222,10 +242,9 @@ Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
         if (it == specs.end() || q.spec != it->second || q.shape != m.at(it->first).shape)
           return err("quantizer returned module '{}' ({}), which the plan does not hold", q.name,
                      quant_spec_str(q.spec));
-        TQ_CHECK_OK(writer->write(q.name + ".weight", q.weight));
-        TQ_CHECK_OK(writer->write(q.name + ".scales", q.scales));
-        if (quant_mode_has_biases(q.spec.mode))
-          TQ_CHECK_OK(writer->write(q.name + ".biases", q.biases));
+        TQ_CHECK_OK(write(q.name + ".weight", q.weight));
+        TQ_CHECK_OK(write(q.name + ".scales", q.scales));
+        if (quant_mode_has_biases(q.spec.mode)) TQ_CHECK_OK(write(q.name + ".biases", q.biases));
         prog.bytes_out += q.weight.size() + q.scales.size() + q.biases.size();
         if (!q.info.is_null()) module_info[q.name] = std::move(q.info);
         done.insert(it->first);
@@ -239,7 +258,7 @@ Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
     for (const PlanEntry* e : g.entries) {
       if (e->spec) continue;
       std::vector<uint8_t> bytes = encode_from_f32(m.at(e->name).data, plan.float_dtype(*e));
-      TQ_CHECK_OK(writer->write(e->name, bytes));
+      TQ_CHECK_OK(write(e->name, bytes));
       prog.bytes_out += bytes.size();
       m.erase(e->name);
     }
@@ -252,6 +271,7 @@ Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
   if (!writer) return ConvertSummary{};
   const auto t_write = Clock::now();
   TQ_CHECK_OK(writer->finish());
+  if (companion) TQ_CHECK_OK(companion->finish());
 
   SizeStats size = plan.size();
   json transforms = json::array();

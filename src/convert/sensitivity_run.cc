@@ -296,8 +296,6 @@ Result<SensitivityRunResult> run_sensitivity(
   TQ_TRY(std::vector<int> bits, parse_bits(o.bits));
   TQ_TRY(std::vector<QuantSpec> specs, candidate_specs(split(o.modes), bits, o.group_size));
   TQ_TRY(eval::EvalModel m, eval::open_eval_model(o.model));
-  if (m.src.config.family == Family::kQwen35)
-    return err("{}: model_type qwen3_5: tq sensitivity does not measure this family yet", o.model);
   const std::string fingerprint = m.fingerprint;  // always the source's: convert checks it
   std::string folded_dir;
   struct RemoveDir {
@@ -311,6 +309,8 @@ Result<SensitivityRunResult> run_sensitivity(
   // lm_head); its weights are written only when something is left to measure.
   ModelConfig cfg = m.src.config;
   if (o.rotation && o.rotation->r1 != RotationKind::kNone) cfg.tie_word_embeddings = false;
+  cfg.hf_layout = false;  // module names as the converted artifact holds them (qwen3_5)
+  cfg.has_mtp = false;    // the MTP companion does not change the model's logits
 
   SensitivityRunResult r;
   SensitivityTable& t = r.table;

@@ -65,7 +65,8 @@ struct TensorDecl {
 struct ShardedWriterOptions {
   uint64_t max_shard_bytes = 5ull << 30;  // mlx-lm's 5 GiB
   std::map<std::string, std::string> metadata = {{"format", "mlx"}};
-  bool write_index = true;  // model.safetensors.index.json, also for one shard (as mlx-lm)
+  bool write_index = true;     // model.safetensors.index.json, also for one shard (as mlx-lm)
+  std::string stem = "model";  // STEM.safetensors / STEM-0000k-of-0000n.safetensors
 };
 
 // Writes a set of declared tensors into model.safetensors or model-XXXXX-of-YYYYY.safetensors

@@ -135,8 +135,9 @@ Result<std::unique_ptr<ShardedWriter>> ShardedWriter::create(const std::string& 
   const size_t count = groups.size();
   for (size_t s = 0; s < count; ++s) {
     Impl::Shard sh;
-    sh.name = count == 1 ? std::string("model.safetensors")
-                         : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, count);
+    sh.name = count == 1
+                  ? im.opts.stem + ".safetensors"
+                  : fmt::format("{}-{:05d}-of-{:05d}.safetensors", im.opts.stem, s + 1, count);
     nlohmann::json header = nlohmann::json::object();
     if (!im.opts.metadata.empty()) header["__metadata__"] = im.opts.metadata;
     uint64_t off = 0;

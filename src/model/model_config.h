@@ -58,6 +58,9 @@ struct ModelConfig {
   // Hugging Face layout (model.language_model.*, conv1d [C, 1, K], norms stored zero-centred
   // and applied as 1 + w) rather than mlx-lm's sanitized one; set from the tensor names.
   bool hf_layout = false;
+  // qwen3_5: the checkpoint carries a multi-token-prediction head (mtp.fc.weight and one
+  // mtp.layers.0 decoder layer); set from the tensor names. Converted as a companion.
+  bool has_mtp = false;
 
   int64_t rotary_dims() const { return rope_dims > 0 ? rope_dims : head_dim; }
   // A Gated DeltaNet layer (qwen3_5: all but every full_attention_interval-th).

@@ -16,12 +16,11 @@ Result<ModelSource> open_dir_model(const std::string& path) {
   TQ_TRY(auto src, DirTensorSource::open(path));
   const CheckpointDir& ck = src->checkpoint();
   TQ_TRY(ModelConfig cfg, parse_model_config(ck.config, ck.config_path));
-  if (cfg.family == Family::kQwen35)  // which of the two layouts: the names say
-    for (const TensorInfo& t : src->tensors())
-      if (t.name.starts_with("model.language_model.")) {
-        cfg.hf_layout = true;
-        break;
-      }
+  if (cfg.family == Family::kQwen35)  // which of the two layouts, and an MTP head: the names say
+    for (const TensorInfo& t : src->tensors()) {
+      if (t.name.starts_with("model.language_model.")) cfg.hf_layout = true;
+      if (t.name == "mtp.fc.weight") cfg.has_mtp = true;
+    }
   TQ_CHECK_OK(check_tensors_against_config(cfg, *src));
   ModelSource m;
   m.path = path;

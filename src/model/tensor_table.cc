@@ -13,7 +13,7 @@ using R = TensorRole;
 constexpr std::optional<TensorRole> kNoNorm = std::nullopt;
 constexpr When kAll = When::kAlways, kAttnB = When::kAttentionBias, kMlpB = When::kMlpBias,
                kUntie = When::kUntied, kIgn = When::kIgnored, kLin = When::kLinear,
-               kFull = When::kFull;
+               kFull = When::kFull, kMtp = When::kMtp;
 constexpr ResidualSide kRd = ResidualSide::kReads, kWr = ResidualSide::kWrites,
                        kNoSd = ResidualSide::kNone;
 constexpr Space kRes = Space::kResidual, kVal = Space::kHeadValue, kNo = Space::kNone;
@@ -42,6 +42,7 @@ constexpr Dim kConvHf[] = {Dim::kLinConv, Dim::kOne, Dim::kConvK};
 constexpr Dim kConvMlx[] = {Dim::kLinConv, Dim::kConvK, Dim::kOne};
 constexpr Dim kHv[] = {Dim::kLinVHeads};
 constexpr Dim kDv[] = {Dim::kLinVHeadDim};
+constexpr Dim kHH2[] = {Dim::kHidden, Dim::kHidden2};
 
 // One table per family, in model order. Columns: name pattern ("{L}" = layer), role, shape,
 // when present, residual side, row space, column space, norm feeding the input, quantizable.
@@ -138,7 +139,22 @@ constexpr TensorKind kQwen3Table[] = {
   {P "layers.{L}.mlp.up_proj.weight",                  R::kMlpUp,      kIH,     kAll,   kRd,   kNo,  kRes, R::kNormMlp,   true},        \
   {P "layers.{L}.mlp.down_proj.weight",                R::kMlpDown,    kHI,     kAll,   kWr,   kRes, kNo,  kNoNorm,       true},        \
   {P "norm.weight",                                    R::kNormFinal,  kH,      kAll,   kNoSd, kRes, kNo,  kNoNorm,       false, ZC},   \
-  {LM_HEAD,                                            R::kLmHead,     kVH,     kUntie, kRd,   kNo,  kRes, R::kNormFinal, true},
+  {LM_HEAD,                                            R::kLmHead,     kVH,     kUntie, kRd,   kNo,  kRes, R::kNormFinal, true},        \
+  {"mtp.pre_fc_norm_embedding.weight",                 R::kMtpNormEmb,    kH,   kMtp,   kNoSd, kRes, kNo,  kNoNorm,          false, ZC}, \
+  {"mtp.pre_fc_norm_hidden.weight",                    R::kMtpNormHidden, kH,   kMtp,   kNoSd, kRes, kNo,  kNoNorm,          false, ZC}, \
+  {"mtp.fc.weight",                                    R::kMtpFc,      kHH2,    kMtp,   kWr,   kRes, kRes, R::kMtpNormEmb,   true, false, false, R::kMtpNormHidden}, \
+  {"mtp.layers.0.input_layernorm.weight",              R::kMtpNormAttn,   kH,   kMtp,   kNoSd, kRes, kNo,  kNoNorm,          false, ZC}, \
+  {"mtp.layers.0.self_attn.q_proj.weight",             R::kMtpQ,       kGH,     kMtp,   kRd,   kNo,  kRes, R::kMtpNormAttn,  true},  \
+  {"mtp.layers.0.self_attn.k_proj.weight",             R::kMtpK,       kKvH,    kMtp,   kRd,   kNo,  kRes, R::kMtpNormAttn,  true},  \
+  {"mtp.layers.0.self_attn.v_proj.weight",             R::kMtpV,       kKvH,    kMtp,   kRd,   kNo,  kRes, R::kMtpNormAttn,  true},  \
+  {"mtp.layers.0.self_attn.o_proj.weight",             R::kMtpO,       kHQ,     kMtp,   kWr,   kRes, kNo,  kNoNorm,          true},  \
+  {"mtp.layers.0.self_attn.q_norm.weight",             R::kMtpQNorm,   kHd,     kMtp,   kNoSd, kNo,  kNo,  kNoNorm,          false, ZC}, \
+  {"mtp.layers.0.self_attn.k_norm.weight",             R::kMtpKNorm,   kHd,     kMtp,   kNoSd, kNo,  kNo,  kNoNorm,          false, ZC}, \
+  {"mtp.layers.0.post_attention_layernorm.weight",     R::kMtpNormMlp, kH,      kMtp,   kNoSd, kRes, kNo,  kNoNorm,          false, ZC}, \
+  {"mtp.layers.0.mlp.gate_proj.weight",                R::kMtpGate,    kIH,     kMtp,   kRd,   kNo,  kRes, R::kMtpNormMlp,   true},  \
+  {"mtp.layers.0.mlp.up_proj.weight",                  R::kMtpUp,      kIH,     kMtp,   kRd,   kNo,  kRes, R::kMtpNormMlp,   true},  \
+  {"mtp.layers.0.mlp.down_proj.weight",                R::kMtpDown,    kHI,     kMtp,   kWr,   kRes, kNo,  kNoNorm,          true},  \
+  {"mtp.norm.weight",                                  R::kMtpNormFinal, kH,    kMtp,   kNoSd, kRes, kNo,  kNoNorm,          false, ZC, false, std::nullopt, true},
 constexpr TensorKind kQwen35MlxTable[] = {
   QWEN35_TABLE("language_model.model.", "language_model.lm_head.weight", kConvMlx, false)
 };
@@ -148,8 +164,8 @@ constexpr TensorKind kQwen35HfTable[] = {
 #undef QWEN35_TABLE
 // clang-format on
 
-// Tensors a qwen3_5 Hugging Face checkpoint carries that no pass reads: the MTP head and the
-// vision tower (mlx-lm drops both at load).
+// Tensors a qwen3_5 Hugging Face checkpoint carries that no pass reads: the vision tower, and an
+// MTP head we cannot read (no mtp.fc.weight, or more than one layer). mlx-lm drops both at load.
 constexpr std::string_view kQwen35Ignored[] = {"mtp.", "model.visual.", "visual.", "vision_tower."};
 
 bool row_present(const TensorKind& k, const ModelConfig& c, int64_t layer) {
@@ -168,6 +184,8 @@ bool row_present(const TensorKind& k, const ModelConfig& c, int64_t layer) {
       return !c.tie_word_embeddings;
     case When::kIgnored:
       return false;
+    case When::kMtp:
+      return c.has_mtp && layer < 0;
   }
   return false;
 }
@@ -200,6 +218,8 @@ int64_t dim_value(Dim d, const ModelConfig& c) {
       return c.linear_conv_kernel_dim;
     case Dim::kOne:
       return 1;
+    case Dim::kHidden2:
+      return 2 * c.hidden_size;
   }
   return 0;
 }
@@ -214,14 +234,18 @@ std::string list_some(const std::vector<std::string>& v) {
 
 std::string_view tensor_role_name(TensorRole r) {
   static constexpr std::string_view kNames[] = {
-      "embed",         "attn_q",        "attn_k",      "attn_v",        "attn_o",
-      "mlp_gate",      "mlp_up",        "mlp_down",    "norm_attn",     "norm_mlp",
-      "norm_final",    "lm_head",       "q_norm",      "k_norm",        "attn_q_bias",
-      "attn_k_bias",   "attn_v_bias",   "attn_o_bias", "mlp_gate_bias", "mlp_up_bias",
-      "mlp_down_bias", "rope_inv_freq", "lin_qkv",     "lin_z",         "lin_b",
-      "lin_a",         "lin_conv",      "lin_dt_bias", "lin_a_log",     "lin_norm",
-      "lin_out",
+      "embed",          "attn_q",        "attn_k",       "attn_v",          "attn_o",
+      "mlp_gate",       "mlp_up",        "mlp_down",     "norm_attn",       "norm_mlp",
+      "norm_final",     "lm_head",       "q_norm",       "k_norm",          "attn_q_bias",
+      "attn_k_bias",    "attn_v_bias",   "attn_o_bias",  "mlp_gate_bias",   "mlp_up_bias",
+      "mlp_down_bias",  "rope_inv_freq", "lin_qkv",      "lin_z",           "lin_b",
+      "lin_a",          "lin_conv",      "lin_dt_bias",  "lin_a_log",       "lin_norm",
+      "lin_out",        "mtp_fc",        "mtp_norm_emb", "mtp_norm_hidden", "mtp_norm_attn",
+      "mtp_q",          "mtp_k",         "mtp_v",        "mtp_o",           "mtp_q_norm",
+      "mtp_k_norm",     "mtp_norm_mlp",  "mtp_gate",     "mtp_up",          "mtp_down",
+      "mtp_norm_final",
   };
+  static_assert(std::size(kNames) == static_cast<size_t>(kLastTensorRole) + 1);
   return kNames[static_cast<size_t>(r)];
 }
 
@@ -242,6 +266,17 @@ std::span<const TensorKind> family_table(Family f) {
 std::span<const TensorKind> table_for(const ModelConfig& cfg) {
   if (cfg.family == Family::kQwen35 && cfg.hf_layout) return kQwen35HfTable;
   return family_table(cfg.family);
+}
+
+bool tensor_present(const TensorKind& k, const ModelConfig& cfg, int64_t layer) {
+  return row_present(k, cfg, layer);
+}
+
+std::string_view r2_off_reason(Family f) {
+  if (f == Family::kQwen35)
+    return "the attention output gate multiplies each head's output elementwise and does not "
+           "commute with a per-head rotation";
+  return {};
 }
 
 std::string tensor_name(const TensorKind& k, int64_t layer) {

@@ -51,8 +51,26 @@ enum class TensorRole : uint8_t {
   kLinALog,
   kLinNorm,
   kLinOut,
+  // qwen3_5's multi-token-prediction companion (docs/QWEN35.md "The MTP companion"): fc over
+  // [normed embedding | normed hidden], its two pre-fc norms, one gated-attention decoder layer
+  // and its final norm (which feeds the trunk's lm_head).
+  kMtpFc,
+  kMtpNormEmb,
+  kMtpNormHidden,
+  kMtpNormAttn,
+  kMtpQ,
+  kMtpK,
+  kMtpV,
+  kMtpO,
+  kMtpQNorm,
+  kMtpKNorm,
+  kMtpNormMlp,
+  kMtpGate,
+  kMtpUp,
+  kMtpDown,
+  kMtpNormFinal,
 };
-constexpr TensorRole kLastTensorRole = TensorRole::kLinOut;
+constexpr TensorRole kLastTensorRole = TensorRole::kMtpNormFinal;
 std::string_view tensor_role_name(TensorRole r);  // "attn_q", "mlp_down_bias", ...
 
 // Which side of the residual stream a tensor touches.
@@ -82,9 +100,20 @@ enum class Dim : uint8_t {
   kLinVHeadDim,
   kConvK,
   kOne,
+  kHidden2,  // 2·hidden (the MTP fc's input)
 };
-// When a row's tensor exists (kLinear / kFull: in Gated DeltaNet / full-attention layers only).
-enum class When : uint8_t { kAlways, kAttentionBias, kMlpBias, kUntied, kIgnored, kLinear, kFull };
+// When a row's tensor exists (kLinear / kFull: in Gated DeltaNet / full-attention layers only;
+// kMtp: with qwen3_5's MTP companion, written to its own file beside the model's).
+enum class When : uint8_t {
+  kAlways,
+  kAttentionBias,
+  kMlpBias,
+  kUntied,
+  kIgnored,
+  kLinear,
+  kFull,
+  kMtp
+};
 
 struct TensorKind {
   std::string_view pattern;  // exact HF name; "{L}" stands for the decimal layer index
@@ -100,13 +129,26 @@ struct TensorKind {
   bool zero_centred = false;
   // Stays f32 when written float whatever the output dtype (qwen3_5's A_log, as mlx-lm casts).
   bool keep_f32 = false;
+  // The norm feeding the second half of the input features (the MTP fc: [embedding | hidden],
+  // each half residual-space); fed_by feeds the first half.
+  std::optional<TensorRole> fed_by_hi = std::nullopt;
+  // A residual gain that feeds no linear of its own but the trunk's head (the MTP final norm):
+  // set to ones under R1, as the seed's fold does (exact only when it equals the final norm's).
+  bool ones_under_r1 = false;
   bool per_layer() const { return pattern.find("{L}") != std::string_view::npos; }
+  bool companion() const { return when == When::kMtp; }
 };
 
 // The table of one family, in model order (globals first, then one layer's rows, then the rest);
 // qwen3_5's is mlx-lm's layout. table_for(cfg) picks the layout cfg.hf_layout names.
 std::span<const TensorKind> family_table(Family f);
 std::span<const TensorKind> table_for(const ModelConfig& cfg);
+
+// Whether row k has a tensor at `layer` (-1: outside the layers) of this geometry.
+bool tensor_present(const TensorKind& k, const ModelConfig& cfg, int64_t layer);
+// Why a family's table has no per-head value space for R2 (qwen3_5: the attention output
+// gate), or empty.
+std::string_view r2_off_reason(Family f);
 
 // One concrete tensor a config implies.
 struct TensorSpec {

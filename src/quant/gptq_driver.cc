@@ -48,6 +48,11 @@ std::map<TensorRole, std::string> linear_names(const ModelConfig& cfg, int64_t l
       case TensorRole::kMlpGate:
       case TensorRole::kMlpUp:
       case TensorRole::kMlpDown:
+      case TensorRole::kLinQkv:
+      case TensorRole::kLinZ:
+      case TensorRole::kLinB:
+      case TensorRole::kLinA:
+      case TensorRole::kLinOut:
         out[s.kind->role] = s.name;
         break;
       default:
@@ -205,8 +210,7 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
 
   // Quantizes the modules of `roles` that have a spec, all with the Hessian in `acc`: on rank
   // 0, whose dequantized weights every rank then runs.
-  auto quantize_group = [&](std::initializer_list<TensorRole> roles,
-                            BlockedHessian& acc) -> Status {
+  auto quantize_group = [&](const std::vector<TensorRole>& roles, BlockedHessian& acc) -> Status {
     std::vector<double> h;
     bool have_h = false;
     for (TensorRole role : roles) {
@@ -231,11 +235,23 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
     return BlockedHessian(cols, opt_.hessian, opt_.hessian_row_block, rows_, opt_.comm, tag);
   };
   const auto n_mine = static_cast<int64_t>(my_rows_.size());
-  auto wanted = [&](std::initializer_list<TensorRole> roles) {
+  auto wanted = [&](const std::vector<TensorRole>& roles) {
     for (TensorRole role : roles)
       if (find_spec(specs, names.at(role)) != nullptr) return true;
     return false;
   };
+  // The mixer's projections by layer kind: a Gated DeltaNet layer's in_proj_qkv/z/b/a read the
+  // normed residual as q/k/v do, and out_proj takes o_proj's place.
+  using R = TensorRole;
+  const bool lin = lw.linear;
+  const std::vector<TensorRole> in_roles =
+      lin ? std::vector<TensorRole>{R::kLinQkv, R::kLinZ, R::kLinB, R::kLinA}
+          : std::vector<TensorRole>{R::kAttnQ, R::kAttnK, R::kAttnV};
+  const TensorRole out_role = lin ? R::kLinOut : R::kAttnO;
+  const int64_t out_in = lin ? cfg_.linear_value_dim() : qd;  // out projection's input width
+  // attn_out reads only the attention output (stored between the stages) unless it also gates
+  // it (qwen3_5: the output gate, the DeltaNet's z); then the mixer is run again instead.
+  const bool store_att = !lin && !cfg_.attn_output_gate();
   auto in_memory = [&](int64_t width) {
     return (x_.spilled() ? 0 : x_.bytes()) + x_.rows() * width * 4 <= opt_.max_calib_memory;
   };
@@ -243,38 +259,70 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
   std::vector<float> xb(static_cast<size_t>(seq_ * dd));
   F32Io io = buffers.bind(cfg_, inv_freq_, xb.data(), seq_);
   const std::span<const float> h(io.h, static_cast<size_t>(seq_ * dd));
-  {  // A: q/k/v
+  {  // A: q/k/v (DeltaNet: in_proj_qkv/z/b/a)
     BlockedHessian acc = blocked(dd, kTagHessian);
-    if (wanted({TensorRole::kAttnQ, TensorRole::kAttnK, TensorRole::kAttnV})) {
+    if (wanted(in_roles)) {
       for (int64_t r = 0; r < n_mine; ++r) {
         TQ_CHECK_OK(x_.read_row(r, xb));
         step.attn_norm(lw, io);
         TQ_CHECK_OK(acc.add_row(my_rows_[r], h, seq_));
       }
     }
-    TQ_CHECK_OK(quantize_group({TensorRole::kAttnQ, TensorRole::kAttnK, TensorRole::kAttnV}, acc));
+    TQ_CHECK_OK(quantize_group(in_roles, acc));
   }
-  {  // B: o_proj after the quantized attention; C: residual, gate/up
+  {  // B: o_proj (out_proj) after the quantized mixer inputs; C: residual, gate/up
+    const int64_t att_width = store_att ? seq_ * out_in : 0;
     TQ_TRY(ActivationStore atts,
-           ActivationStore::create(n_mine, seq_ * qd, in_memory(seq_ * qd), opt_.scratch_dir));
-    std::vector<float> att(static_cast<size_t>(seq_ * qd));
+           ActivationStore::create(n_mine, att_width, in_memory(att_width), opt_.scratch_dir));
+    std::vector<float> att(static_cast<size_t>(seq_ * std::max(out_in, qd)));
+    std::vector<float> x_scratch(xb.size());
     io.att = att.data();
-    BlockedHessian acc_o = blocked(qd, kTagHessian);
-    const bool want_o = wanted({TensorRole::kAttnO});
+    BlockedHessian acc_o = blocked(out_in, kTagHessian);
+    const bool want_o = wanted({out_role});
+    Status tapped = ok_status();
+    int64_t tap_row = 0;
+    // The out projection's input as attn_out forms it (gated where the family gates).
+    const LinearTap tap = [&](TensorRole role, const float* x, int64_t rows, int64_t cols) {
+      if (role == out_role && tapped.ok())
+        tapped = acc_o.add_row(my_rows_[tap_row],
+                               std::span<const float>(x, static_cast<size_t>(rows * cols)), seq_);
+    };
     for (int64_t r = 0; r < n_mine; ++r) {
       TQ_CHECK_OK(x_.read_row(r, xb));
       step.attn_norm(lw, io);
       step.qkv(lw, io);
       step.attn_core(lw, io);
-      if (want_o) TQ_CHECK_OK(acc_o.add_row(my_rows_[r], att, seq_));
-      TQ_CHECK_OK(atts.write_row(r, att));
+      if (store_att) {
+        if (want_o)
+          TQ_CHECK_OK(acc_o.add_row(
+              my_rows_[r], std::span<const float>(att.data(), static_cast<size_t>(seq_ * out_in)),
+              seq_));
+        TQ_CHECK_OK(atts.write_row(
+            r, std::span<const float>(att.data(), static_cast<size_t>(seq_ * out_in))));
+      } else if (want_o) {
+        std::copy(xb.begin(), xb.end(), x_scratch.begin());
+        io.x = x_scratch.data();
+        io.tap = &tap;
+        tap_row = r;
+        step.attn_out(lw, io);
+        io.tap = nullptr;
+        io.x = xb.data();
+        TQ_CHECK_OK(tapped);
+      }
     }
-    TQ_CHECK_OK(quantize_group({TensorRole::kAttnO}, acc_o));
+    TQ_CHECK_OK(quantize_group({out_role}, acc_o));
     BlockedHessian acc_gu = blocked(dd, kTagHessian);
     const bool want_gu = wanted({TensorRole::kMlpGate, TensorRole::kMlpUp});
     for (int64_t r = 0; r < n_mine; ++r) {
       TQ_CHECK_OK(x_.read_row(r, xb));
-      TQ_CHECK_OK(atts.read_row(r, att));
+      if (store_att) {
+        TQ_CHECK_OK(
+            atts.read_row(r, std::span<float>(att.data(), static_cast<size_t>(seq_ * out_in))));
+      } else {
+        step.attn_norm(lw, io);
+        step.qkv(lw, io);
+        step.attn_core(lw, io);
+      }
       step.attn_out(lw, io);
       TQ_CHECK_OK(x_.write_row(r, xb));  // x now holds x_mid
       if (want_gu) {

@@ -1,12 +1,11 @@
 #include "quant/gptq_quantizer.h"
 
 #include "formats/mlx_float.h"
+#include "model/tensor_table.h"
 
 namespace tq {
 
 namespace {
-
-const char kEmbed[] = "model.embed_tokens.weight";
 
 // Values as the output checkpoint holds them: convert writes floats in dtype and quantizes
 // each weight after that cast, so GPTQ starts from the same matrix RTN would quantize.
@@ -36,6 +35,8 @@ Result<std::unique_ptr<GptqQuantizer>> GptqQuantizer::create(
   q->calib_record_ = calib.info();
   q->load_embedding_ = std::move(load_embedding);
   q->record_timings_ = record_timings;
+  for (const TensorKind& k : family_table(cfg.family))
+    if (k.role == TensorRole::kEmbed) q->embed_name_ = tensor_name(k, -1);
   TQ_TRY(q->driver_, GptqDriver::create(cfg, calib, std::move(options)));
   return q;
 }
@@ -51,7 +52,7 @@ Result<std::vector<QuantizedModule>> GptqQuantizer::quantize(
       const FloatTensor w = rounded(it->second, dtype);
       if (w.shape.size() != 2) return err("globals: '{}' is not a matrix", name);
       TQ_TRY(RtnResult r, rtn_quantize(w.data, w.shape[0], w.shape[1], spec, dtype));
-      if (name == kEmbed && !embedding_set_) {
+      if (name == embed_name_ && !embedding_set_) {
         TQ_CHECK_OK(driver_->set_embedding(FloatTensor{w.shape, std::move(r.dequantized)}));
         embedding_set_ = true;
       }
@@ -66,7 +67,7 @@ Result<std::vector<QuantizedModule>> GptqQuantizer::quantize(
       m.info = {{"method", "rtn"}};
       out.push_back(std::move(m));
     }
-    auto it = tensors.find(kEmbed);
+    auto it = tensors.find(embed_name_);
     if (it != tensors.end() && !embedding_set_) {  // a float embedding seen by a transform
       TQ_CHECK_OK(driver_->set_embedding(rounded(it->second, dtype)));
       embedding_set_ = true;

@@ -29,6 +29,7 @@ class GptqQuantizer : public LayerQuantizer {
   std::function<Result<FloatTensor>()> load_embedding_;
   bool embedding_set_ = false, record_timings_ = true;
   nlohmann::json calib_record_, options_;
+  std::string embed_name_;  // the embedding's name in the output's layout
 };
 
 }  // namespace tq

@@ -112,7 +112,15 @@ std::vector<TensorInfo> QuantPlan::logical_tensors() const {
   return out;
 }
 
-SizeStats QuantPlan::size() const { return size_stats(logical_tensors()); }
+// The model's size: the qwen3_5 MTP companion (its own file, which mlx-lm never loads) is left
+// out, so bpw is what `tq inspect` reads from the artifact.
+SizeStats QuantPlan::size() const {
+  std::vector<TensorInfo> all = logical_tensors(), model;
+  for (size_t i = 0; i < all.size() && i < entries.size(); ++i)
+    if (entries[i].kind == nullptr || !entries[i].kind->companion())
+      model.push_back(std::move(all[i]));
+  return size_stats(model);
+}
 
 std::map<std::string, QuantSpec> QuantPlan::overrides() const {
   std::map<std::string, QuantSpec> out;

@@ -13,9 +13,11 @@ namespace tq {
 
 namespace {
 
+// The mixer half of a layer (attention, or qwen3_5's Gated DeltaNet).
 bool is_attention(TensorRole r) {
-  return r == TensorRole::kAttnQ || r == TensorRole::kAttnK || r == TensorRole::kAttnV ||
-         r == TensorRole::kAttnO;
+  using R = TensorRole;
+  return r == R::kAttnQ || r == R::kAttnK || r == R::kAttnV || r == R::kAttnO || r == R::kLinQkv ||
+         r == R::kLinZ || r == R::kLinB || r == R::kLinA || r == R::kLinOut;
 }
 
 float round_to(float x, DType t) {
@@ -88,7 +90,7 @@ double row_kl(const float* p, const float* x, int64_t n, double neg_entropy) {
 std::vector<ModuleSensitivity> quantizable_modules(const ModelConfig& cfg, DType dtype) {
   std::vector<ModuleSensitivity> out;
   for (const TensorSpec& s : expected_tensors(cfg)) {
-    if (!s.kind->quantizable || s.shape.size() != 2) continue;
+    if (!s.kind->quantizable || s.shape.size() != 2 || s.kind->companion()) continue;
     ModuleSensitivity m;
     const std::string suffix = ".weight";
     m.name = s.name.ends_with(suffix) ? s.name.substr(0, s.name.size() - suffix.size()) : s.name;

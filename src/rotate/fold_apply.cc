@@ -7,6 +7,13 @@ namespace tq {
 
 namespace {
 
+// The name of a global tensor in the fold's (output) layout.
+std::string global_name(Family f, TensorRole role) {
+  for (const TensorKind& k : family_table(f))
+    if (k.role == role && !k.per_layer()) return tensor_name(k, -1);
+  return std::string(tensor_role_name(role));
+}
+
 bool sets_ones(const TensorFold& f) {
   return std::any_of(f.steps.begin(), f.steps.end(),
                      [](const FoldStep& s) { return s.op == FoldOp::kSetOnes; });
@@ -24,19 +31,26 @@ Status run_steps(const TensorFold& f, const std::string& name, T* x, int64_t row
       case FoldOp::kSetOnes:
         break;  // done by the caller
       case FoldOp::kGammaCols: {
-        const std::string gname = tensor_name(*s.norm, layer);
-        auto it = t.find(gname);
-        if (it == t.end()) return err("{}: gamma-fold needs {}, which is missing", name, gname);
-        if (it->second.shape != Shape{cols})
-          return err("{}: gamma-fold: {} has shape {}, expected [{}]", name, gname,
-                     shape_str(it->second.shape), cols);
-        const float* g = it->second.data.data();
+        // One norm over the input, or two over its halves ([embedding | hidden] of the MTP fc).
+        std::vector<float> g;
+        const int64_t parts = s.norm_hi != nullptr ? 2 : 1, width = cols / parts;
+        for (const TensorKind* norm : {s.norm, s.norm_hi}) {
+          if (norm == nullptr) continue;
+          const std::string gname = tensor_name(*norm, layer);
+          auto it = t.find(gname);
+          if (it == t.end()) return err("{}: gamma-fold needs {}, which is missing", name, gname);
+          if (it->second.shape != Shape{width} || width * parts != cols)
+            return err("{}: gamma-fold: {} has shape {}, expected [{}]", name, gname,
+                       shape_str(it->second.shape), width);
+          g.insert(g.end(), it->second.data.begin(), it->second.data.end());
+        }
         for (int64_t r = 0; r < rows; ++r)
           for (int64_t c = 0; c < cols; ++c) x[r * cols + c] *= static_cast<T>(g[c]);
         break;
       }
-      case FoldOp::kR1Right:
-        rotate_rows(r1, x, rows);
+      case FoldOp::kR1Right:  // each row is cols / n residual vectors (one, or the fc's two)
+        if (cols % r1.n != 0) return err("{}: {} columns are not residual blocks", name, cols);
+        rotate_rows(r1, x, rows * (cols / r1.n));
         break;
       case FoldOp::kR1LeftT:
         rotate_cols_t(r1, x, cols, cols);
@@ -110,9 +124,10 @@ Status Folder::apply(const TensorFold& f, int64_t layer, TensorMap& t, const Rot
 
 Status Folder::apply_globals(TensorMap& t) const {
   if (plan_.untie) {
-    auto e = t.find("model.embed_tokens.weight");
-    if (e == t.end()) return err("model.embed_tokens.weight: missing (untie needs it)");
-    t["lm_head.weight"] = e->second;
+    const std::string embed = global_name(plan_.config.family, TensorRole::kEmbed);
+    auto e = t.find(embed);
+    if (e == t.end()) return err("{}: missing (untie needs it)", embed);
+    t[global_name(plan_.config.family, TensorRole::kLmHead)] = e->second;
   }
   // Gains are read by the γ-folds first and set to ones afterwards.
   for (const auto& f : plan_.globals)
@@ -130,9 +145,11 @@ Status Folder::apply_layer(int64_t layer, TensorMap& t) const {
     TQ_TRY(r2, plan_.make_r2(layer));
   }
   for (const auto& f : plan_.layer)
-    if (!sets_ones(f)) TQ_CHECK_OK(apply(f, layer, t, &r2));
+    if (!sets_ones(f) && tensor_present(*f.kind, plan_.config, layer))
+      TQ_CHECK_OK(apply(f, layer, t, &r2));
   for (const auto& f : plan_.layer)
-    if (sets_ones(f)) TQ_CHECK_OK(apply(f, layer, t, &r2));
+    if (sets_ones(f) && tensor_present(*f.kind, plan_.config, layer))
+      TQ_CHECK_OK(apply(f, layer, t, &r2));
   return ok_status();
 }
 

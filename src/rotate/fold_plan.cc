@@ -16,7 +16,7 @@ const TensorKind* row_of(std::span<const TensorKind> table, TensorRole role) {
 
 bool feeds_a_linear(std::span<const TensorKind> table, TensorRole norm) {
   return std::any_of(table.begin(), table.end(),
-                     [&](const TensorKind& k) { return k.fed_by == norm; });
+                     [&](const TensorKind& k) { return k.fed_by == norm || k.fed_by_hi == norm; });
 }
 
 Result<RotationSpec> rotation_spec(RotationKind kind, int64_t n, std::string_view what,
@@ -77,10 +77,11 @@ Result<RotationOptions> parse_rotation_options(std::string_view r1, std::string_
   RotationOptions ro;
   auto k1 = parse_rotation_kind(r1);
   if (!k1.ok()) return err("--r1: {}", k1.error().message);
-  auto k2 = parse_rotation_kind(r2);
+  auto k2 = parse_rotation_kind(r2.empty() ? std::string_view("hadamard") : r2);
   if (!k2.ok()) return err("--r2: {}", k2.error().message);
   ro.r1 = *k1;
   ro.r2 = *k2;
+  ro.r2_given = !r2.empty();
   ro.seed = seed;
   return ro;
 }
@@ -106,7 +107,7 @@ Result<FoldPlan> plan_folds(const ModelConfig& cfg, const RotationOptions& opts)
   if (opts.r1 != RotationKind::kNone) {
     for (const auto& k : table)
       if (k.dims.size() == 1 && k.row_space == Space::kResidual && k.side == ResidualSide::kNone &&
-          !feeds_a_linear(table, k.role))
+          !feeds_a_linear(table, k.role) && !k.ones_under_r1)
         return err("{}: R1 cannot fold: the gain {} feeds no linear", fam, k.pattern);
     TQ_TRY(p.r1, rotation_spec(opts.r1, cfg.hidden_size, "hidden_size", "--r1"));
   }
@@ -118,8 +119,13 @@ Result<FoldPlan> plan_folds(const ModelConfig& cfg, const RotationOptions& opts)
       return k.col_space == Space::kHeadValue;
     });
     if (!v_side || !o_side) {
-      p.notes.push_back(fmt::format(
-          "R2 off: the {} table has no per-head value space between v_proj and o_proj", fam));
+      const std::string why = r2_off_reason(cfg.family).empty()
+                                  ? std::string("no per-head value space between v_proj and o_proj")
+                                  : std::string(r2_off_reason(cfg.family));
+      if (opts.r2_given)
+        return err("{}: --r2 {}: R2 is off for this family ({}); drop --r2 or give --r2 none", fam,
+                   rotation_kind_name(opts.r2), why);
+      p.notes.push_back(fmt::format("R2 off for {}: {}", fam, why));
     } else if (cfg.num_key_value_heads < 1 || cfg.head_dim < 1 ||
                cfg.num_attention_heads % cfg.num_key_value_heads != 0) {
       p.notes.push_back(fmt::format("R2 off: {} attention heads do not group over {} kv heads",
@@ -131,16 +137,23 @@ Result<FoldPlan> plan_folds(const ModelConfig& cfg, const RotationOptions& opts)
     }
   }
 
-  // The tensors of the untied geometry (lm_head included), one layer standing for all.
+  // The tensors of the untied geometry (lm_head included), each per-layer row once (qwen3_5's
+  // DeltaNet and attention layers hold different rows; apply_layer skips rows a layer lacks).
   ModelConfig view = cfg;
   view.tie_word_embeddings = cfg.tie_word_embeddings && !p.untie;
-  view.num_hidden_layers = 1;
+  // The fold runs on the output's names (qwen3_5: mlx-lm's layout, norms already shifted).
+  view.hf_layout = false;
+  std::vector<const TensorKind*> seen;
   for (const TensorSpec& s : expected_tensors(view)) {
     const TensorKind& k = *s.kind;
+    if (std::find(seen.begin(), seen.end(), &k) != seen.end()) continue;
+    seen.push_back(&k);
     TensorFold f{&k, {}};
     if (k.role == TensorRole::kLmHead && p.untie) f.steps.push_back({FoldOp::kCloneEmbed});
-    if (k.fed_by && r1_on) f.steps.push_back({FoldOp::kGammaCols, row_of(table, *k.fed_by)});
-    const bool gain = k.dims.size() == 1 && feeds_a_linear(table, k.role);
+    if (k.fed_by && r1_on)
+      f.steps.push_back({FoldOp::kGammaCols, row_of(table, *k.fed_by),
+                         k.fed_by_hi ? row_of(table, *k.fed_by_hi) : nullptr});
+    const bool gain = k.dims.size() == 1 && (feeds_a_linear(table, k.role) || k.ones_under_r1);
     if (gain && r1_on) f.steps.push_back({FoldOp::kSetOnes});
     if (p.r1.kind != RotationKind::kNone) {
       if (k.col_space == Space::kResidual) f.steps.push_back({FoldOp::kR1Right});
@@ -160,10 +173,15 @@ std::vector<std::string> describe_plan(const FoldPlan& p) {
   out.push_back(fmt::format("rotation fold ({}), seed {}, fold in {}", family_name(p.config.family),
                             p.options.seed,
                             p.options.fold_dtype == FoldDType::kF64 ? "f64" : "f32"));
-  if (p.untie)
+  if (p.untie) {
+    std::string head = "lm_head.weight", embed = "model.embed_tokens.weight";
+    for (const TensorKind& k : family_table(p.config.family)) {
+      if (k.role == TensorRole::kLmHead) head = k.pattern;
+      if (k.role == TensorRole::kEmbed) embed = k.pattern;
+    }
     out.push_back(
-        "untie: lm_head.weight = copy of model.embed_tokens.weight; "
-        "config tie_word_embeddings=false");
+        fmt::format("untie: {} = copy of {}; config tie_word_embeddings=false", head, embed));
+  }
   out.push_back("R1: " + (p.r1.kind == RotationKind::kNone ? "none" : spec_str(p.r1)));
   out.push_back("R2: " + (p.r2.kind == RotationKind::kNone
                               ? std::string("none")
@@ -172,9 +190,11 @@ std::vector<std::string> describe_plan(const FoldPlan& p) {
   auto line = [&](const TensorFold& f) {
     std::vector<std::string> ops;
     for (const auto& s : f.steps)
-      ops.push_back(s.op == FoldOp::kGammaCols
-                        ? fmt::format("gamma({})", tensor_role_name(s.norm->role))
-                        : std::string(fold_op_name(s.op)));
+      ops.push_back(s.op != FoldOp::kGammaCols ? std::string(fold_op_name(s.op))
+                    : s.norm_hi != nullptr
+                        ? fmt::format("gamma({} | {})", tensor_role_name(s.norm->role),
+                                      tensor_role_name(s.norm_hi->role))
+                        : fmt::format("gamma({})", tensor_role_name(s.norm->role)));
     out.push_back(fmt::format(
         "  {}: {}", f.kind->pattern,
         ops.empty() ? std::string("unchanged") : fmt::format("{}", fmt::join(ops, ", "))));
@@ -187,6 +207,9 @@ std::vector<std::string> describe_plan(const FoldPlan& p) {
 Status fold_config(const FoldPlan& plan, nlohmann::json& config) {
   if (!config.is_object()) return err("config.json: not an object");
   if (plan.untie) config["tie_word_embeddings"] = false;
+  // qwen3_5 reads the text model's fields (the tie included) from text_config when it exists.
+  if (plan.untie && config.contains("text_config") && config["text_config"].is_object())
+    config["text_config"]["tie_word_embeddings"] = false;
   return ok_status();
 }
 

@@ -26,9 +26,13 @@ struct RotationOptions {
   RotationKind r2 = RotationKind::kHadamard;
   uint64_t seed = 0;
   FoldDType fold_dtype = FoldDType::kF32;
+  // --r2 was given on the command line: a family without R2 (qwen3_5) then refuses instead of
+  // noting that R2 is off.
+  bool r2_given = false;
 };
 
-// The --r1/--r2/--seed flags of tq convert and tq sensitivity; errors name the flag.
+// The --r1/--r2/--seed flags of tq convert and tq sensitivity; errors name the flag. An empty r2
+// is the default (hadamard where the family has R2) and leaves r2_given false.
 Result<RotationOptions> parse_rotation_options(std::string_view r1, std::string_view r2,
                                                uint64_t seed);
 
@@ -40,7 +44,7 @@ enum class FoldOp : uint8_t {
   kCloneEmbed,  // lm_head.weight <- a copy of model.embed_tokens.weight (untie)
   kGammaCols,   // W <- W·diag(γ), γ = the gain of `norm`
   kSetOnes,     // a folded RMSNorm gain <- ones (module and eps kept)
-  kR1Right,     // W <- W·R1 (input features or embedding rows are residual)
+  kR1Right,     // W <- W·R1 per residual-width block of the input (the MTP fc has two)
   kR1LeftT,     // W <- R1ᵀ·W, b <- R1ᵀ·b (output features are residual)
   kR2LeftT,     // per kv head m: W_m <- R2ᵀ·W_m, b_m <- R2ᵀ·b_m (v_proj rows, v bias)
   kR2Right,     // per query head n: W_n <- W_n·R2 (o_proj columns)
@@ -49,7 +53,8 @@ std::string_view fold_op_name(FoldOp op);
 
 struct FoldStep {
   FoldOp op;
-  const TensorKind* norm = nullptr;  // kGammaCols: the norm's table row
+  const TensorKind* norm = nullptr;     // kGammaCols: the norm's table row
+  const TensorKind* norm_hi = nullptr;  // kGammaCols: the second input half's norm (MTP fc)
 };
 
 struct TensorFold {

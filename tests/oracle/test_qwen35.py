@@ -179,14 +179,6 @@ def test_refused_in_one_line(models, tmp_path, field, edit):
     assert len(lines) == 1 and field.split()[0] in lines[0], r.stderr
 
 
-@pytest.mark.parametrize("flags", [["--rotate-weights"], ["--gptq"]])
-def test_convert_refuses_what_it_cannot_do(models, tmp_path, flags):
-    r = tq("convert", models["hf_nested_tied"], "-o", tmp_path / "out", *flags)
-    errors = [line for line in r.stderr.splitlines() if "error" in line]
-    assert r.returncode == 1 and len(errors) == 1 and "qwen3_5" in errors[0], r.stderr
-    assert not (tmp_path / "out").exists()
-
-
 def load_tensors(d: pathlib.Path):
     out = {}
     for f in sorted(d.glob("model*.safetensors")):

@@ -3,6 +3,7 @@
 // argmax flip except at exact ties).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <ostream>
@@ -39,6 +40,15 @@ nlohmann::json tiny_json(const std::string& type, bool tied) {
     j["mlp_bias"] = !tied;
   }
   if (type == "qwen2") j.erase("head_dim");
+  if (type == "qwen3_5") {  // layer 0 Gated DeltaNet (Hv 4 > Hk 2), layer 1 gated attention
+    j["full_attention_interval"] = 2;
+    j["linear_num_key_heads"] = 2;
+    j["linear_num_value_heads"] = 4;
+    j["linear_key_head_dim"] = 8;
+    j["linear_value_head_dim"] = 8;
+    j["linear_conv_kernel_dim"] = 4;
+    j["rope_parameters"] = {{"rope_theta", 10000.0}, {"partial_rotary_factor", 0.5}};
+  }
   if (type == "qwen3") {  // 40 = 20·2 and head_dim 16 != hidden/heads
     j["hidden_size"] = 40;
     j["num_attention_heads"] = 4;
@@ -173,8 +183,11 @@ TEST_P(FoldParity, FoldedFloatModelComputesTheSameFunction) {
       ASSERT_TRUE(before.ok());
       EXPECT_EQ(before->data, after->data) << t.name;
     }
-    if (k->kind->role == TensorRole::kQNorm || k->kind->role == TensorRole::kAttnQBias ||
-        k->kind->role == TensorRole::kAttnKBias) {  // head space: no fold touches them
+    const TensorRole role = k->kind->role;
+    if (role == TensorRole::kQNorm || role == TensorRole::kAttnQBias ||
+        role == TensorRole::kAttnKBias || role == TensorRole::kLinConv ||
+        role == TensorRole::kLinALog || role == TensorRole::kLinDtBias ||
+        role == TensorRole::kLinNorm) {  // head / DeltaNet-inner space: no fold touches them
       auto before = s0->tensors->load_f32(t.name);
       ASSERT_TRUE(before.ok());
       EXPECT_EQ(before->data, after->data) << t.name;
@@ -208,7 +221,9 @@ INSTANTIATE_TEST_SUITE_P(
                       ParityCase{"llama", false, RK::kRandom, RK::kRandom, FoldDType::kF64},
                       ParityCase{"qwen2", true, RK::kHadamard, RK::kNone, FoldDType::kF64},
                       ParityCase{"llama", true, RK::kNone, RK::kHadamard, FoldDType::kF32},
-                      ParityCase{"qwen2", false, RK::kNone, RK::kNone, FoldDType::kF32}),
+                      ParityCase{"qwen2", false, RK::kNone, RK::kNone, FoldDType::kF32},
+                      ParityCase{"qwen3_5", true, RK::kHadamard, RK::kHadamard, FoldDType::kF32},
+                      ParityCase{"qwen3_5", false, RK::kRandom, RK::kNone, FoldDType::kF64}),
     case_name);
 
 ModelConfig config_of(const nlohmann::json& j) {
@@ -268,6 +283,66 @@ TEST(FoldPlan, FollowsTheFoldTable) {
   EXPECT_TRUE(ops_of(*biased, R::kMlpUpBias).empty());
   EXPECT_TRUE(ops_of(*biased, R::kAttnQBias).empty());
   EXPECT_EQ(ops_of(*biased, R::kLmHead), (std::vector<O>{O::kGammaCols, O::kR1Right}));
+}
+
+// qwen3_5 by the corridor map: DeltaNet projections read and write the residual like attention's;
+// the inner DeltaNet tensors and q/k norms stay; R2 is off (noted, or refused when asked for).
+TEST(FoldPlan, Qwen35CorridorMap) {
+  using O = FoldOp;
+  using R = TensorRole;
+  auto p = plan_folds(config_of(tiny_json("qwen3_5", true)), RotationOptions{});
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_TRUE(p->untie);
+  EXPECT_EQ(p->r2.kind, RotationKind::kNone);
+  ASSERT_EQ(p->notes.size(), 1u);
+  EXPECT_TRUE(contains(p->notes[0], "gate")) << p->notes[0];
+  for (R r : {R::kLinQkv, R::kLinZ, R::kLinB, R::kLinA, R::kAttnQ, R::kAttnK, R::kAttnV,
+              R::kMlpGate, R::kMlpUp})
+    EXPECT_EQ(ops_of(*p, r), (std::vector<O>{O::kGammaCols, O::kR1Right})) << tensor_role_name(r);
+  for (R r : {R::kLinOut, R::kAttnO, R::kMlpDown})
+    EXPECT_EQ(ops_of(*p, r), (std::vector<O>{O::kR1LeftT})) << tensor_role_name(r);
+  for (R r : {R::kLinConv, R::kLinDtBias, R::kLinALog, R::kLinNorm, R::kQNorm, R::kKNorm})
+    EXPECT_TRUE(ops_of(*p, r).empty()) << tensor_role_name(r);
+  EXPECT_EQ(ops_of(*p, R::kLmHead), (std::vector<O>{O::kCloneEmbed, O::kGammaCols, O::kR1Right}));
+  EXPECT_EQ(ops_of(*p, R::kNormFinal), (std::vector<O>{O::kSetOnes}));
+  // Each per-layer row appears once although layer 0 and layer 1 hold different rows.
+  std::vector<const TensorKind*> rows;
+  for (const auto& f : p->layer) rows.push_back(f.kind);
+  std::sort(rows.begin(), rows.end());
+  EXPECT_EQ(std::adjacent_find(rows.begin(), rows.end()), rows.end());
+
+  for (RotationKind k : {RotationKind::kHadamard, RotationKind::kRandom}) {
+    auto q = plan_folds(config_of(tiny_json("qwen3_5", true)),
+                        RotationOptions{.r2 = k, .r2_given = true});
+    ASSERT_FALSE(q.ok());
+    EXPECT_TRUE(contains(q.error().message, "--r2")) << q.error().message;
+    EXPECT_TRUE(contains(q.error().message, "gate")) << q.error().message;
+  }
+  EXPECT_TRUE(plan_folds(config_of(tiny_json("qwen3_5", true)),
+                         RotationOptions{.r2 = RotationKind::kNone, .r2_given = true})
+                  .ok());
+  // The MTP companion folds with the same R1: fc's two input halves each γ-folded and turned,
+  // its output turned back; its final gain (feeding the trunk's head) set to ones.
+  ModelConfig with_mtp = config_of(tiny_json("qwen3_5", true));
+  with_mtp.has_mtp = true;
+  auto m = plan_folds(with_mtp, RotationOptions{});
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ(ops_of(*m, R::kMtpFc), (std::vector<O>{O::kGammaCols, O::kR1Right, O::kR1LeftT}));
+  for (const auto& f : m->globals)
+    if (f.kind->role == R::kMtpFc) {
+      EXPECT_EQ(f.steps[0].norm->role, R::kMtpNormEmb);
+      ASSERT_NE(f.steps[0].norm_hi, nullptr);
+      EXPECT_EQ(f.steps[0].norm_hi->role, R::kMtpNormHidden);
+    }
+  for (R r : {R::kMtpNormEmb, R::kMtpNormHidden, R::kMtpNormAttn, R::kMtpNormMlp, R::kMtpNormFinal})
+    EXPECT_EQ(ops_of(*m, r), (std::vector<O>{O::kSetOnes})) << tensor_role_name(r);
+  EXPECT_EQ(ops_of(*m, R::kMtpQ), (std::vector<O>{O::kGammaCols, O::kR1Right}));
+  EXPECT_EQ(ops_of(*m, R::kMtpDown), (std::vector<O>{O::kR1LeftT}));
+  EXPECT_TRUE(ops_of(*m, R::kMtpQNorm).empty());
+
+  // An explicit --r2 still works where the family has R2.
+  EXPECT_TRUE(
+      plan_folds(config_of(tiny_json("llama", true)), RotationOptions{.r2_given = true}).ok());
 }
 
 TEST(FoldPlan, SizeErrorsNameTheSizeAndSuggestRandom) {
