@@ -52,6 +52,10 @@ void add_gptq_flags(CLI::App& app, GptqArgs* a) {
                  "per-layer checkpoint directory (default DST.gptq-checkpoint)");
   app.add_flag("--resume", a->resume,
                "continue a killed --gptq run from its checkpoint (same source and options)");
+  app.add_option("--grid-refit", a->refit,
+                 "after GPTQ, refit each row's scales and biases by least squares against the "
+                 "Hessian: on or off (default off)")
+      ->check(CLI::IsMember({"on", "off"}));
 }
 
 namespace {
@@ -70,6 +74,8 @@ GptqOptions gptq_options(const GptqArgs& a) {
   g.block = a.block;
   g.damp = a.damp;
   g.act_order = a.act_order;
+  g.grid = a.grid;
+  g.refit = a.refit_on();
   return g;
 }
 

@@ -21,6 +21,9 @@ struct GptqArgs {
   int block = 128;
   double damp = 0.01;
   bool act_order = false, resume = false;
+  GridChoice grid = GridChoice::kMinMax;  // resolved from tq convert's --grid
+  std::string refit;                      // --grid-refit on|off ("": the default)
+  bool refit_on() const { return refit == "on"; }
 };
 
 void add_gptq_flags(CLI::App& app, GptqArgs* a);

@@ -35,7 +35,7 @@ namespace fs = std::filesystem;
 struct ConvertArgs {
   std::string src, out;
   std::optional<int> bits, group_size;
-  std::string mode, dtype, recipe, max_shard = "5GiB";
+  std::string mode, dtype, recipe, max_shard = "5GiB", grid, preset;
   std::vector<std::string> keep_float;
   bool dry_run = false, force = false, json = false, no_timings = false;
   std::optional<double> target_bpw;
@@ -71,6 +71,8 @@ nlohmann::json options_record(const ConvertArgs& a) {
       {"recipe", a.recipe},
       {"max_shard_size", a.max_shard},
       {"no_quantize", a.no_quantize}};
+  if (!a.grid.empty()) o["grid"] = a.grid;
+  if (!a.preset.empty()) o["preset"] = a.preset;
   if (a.gptq.enabled) o["gptq"] = gptq_options_record(a.gptq);
   if (a.rotate)
     o["rotate_weights"] = {{"r1", a.r1},
@@ -147,7 +149,19 @@ Result<std::string> measured_sensitivity(const ConvertJob& job,
   return so.out;
 }
 
-Status run_convert_verb(const ConvertArgs& a) {
+// --preset best: the composition that measured best on SmolLM2 at 3.5 and 4.5 bpw
+// (bench/README.md, "Quality frontier"); flags given explicitly keep their values.
+ConvertArgs apply_preset(ConvertArgs a) {
+  if (a.preset != "best") return a;
+  a.rotate = true;
+  a.gptq.enabled = true;
+  if (a.grid.empty()) a.grid = "search";
+  if (a.gptq.refit.empty()) a.gptq.refit = "on";
+  return a;
+}
+
+Status run_convert_verb(const ConvertArgs& args) {
+  const ConvertArgs a = apply_preset(args);
   ConvertOptions o;
   o.source = a.src;
   o.dest = a.out;
@@ -167,6 +181,11 @@ Status run_convert_verb(const ConvertArgs& a) {
   if (a.dtype == "bf16") o.dtype = DType::kBF16;
   TQ_TRY(o.max_shard_bytes, positive_size(a.max_shard, "--max-shard-size"));
   o.options_record = options_record(a);
+  GridChoice grid = GridChoice::kMinMax;
+  if (!a.grid.empty() && !parse_grid_choice(a.grid, &grid))
+    return err("--grid {}: expected minmax or search", a.grid);
+  if (!a.gptq.refit.empty() && !a.gptq.enabled)
+    return err("--grid-refit refits grids after GPTQ; add --gptq");
   if (!a.dry_run && a.out.empty()) return err("-o/--output DST is required (or --dry-run)");
   // --no-quantize: every module float (the folded float model: the rotation parity instrument).
   if (a.no_quantize) o.plan.keep_float = {"*"};
@@ -272,11 +291,13 @@ Status run_convert_verb(const ConvertArgs& a) {
     std::fprintf(stderr, "tq convert: %s -> %s (%s, %.4f bpw, %llu bytes)\n", a.src.c_str(),
                  a.out.c_str(), quant_spec_str(job.plan.global).c_str(), plan_size.bpw,
                  static_cast<unsigned long long>(plan_size.bytes));
-  RtnQuantizer rtn;
+  RtnQuantizer rtn(grid);
   LayerQuantizer* quantizer = &rtn;
   GptqSetup gptq;
   if (a.gptq.enabled) {
-    TQ_TRY(gptq, make_gptq(a.gptq, job, o));
+    GptqArgs ga = a.gptq;
+    ga.grid = grid;
+    TQ_TRY(gptq, make_gptq(ga, job, o));
     quantizer = gptq.quantizer.get();
   }
   TQ_TRY(ConvertSummary s, run_convert(job, *quantizer, o));
@@ -358,6 +379,14 @@ const bool kRegistered = register_verb({
       add_db_flags(app, &a->db, "artifact");
       app.add_flag("--no-timings", a->no_timings,
                    "leave timings out of tq_metadata.json (byte-identical reruns)");
+      app.add_option("--grid", a->grid,
+                     "affine scale/bias per group: minmax (mx.quantize's) or search (lowest "
+                     "squared error; with --gptq weighted by the Hessian) (default minmax)")
+          ->check(CLI::IsMember({"minmax", "search"}));
+      app.add_option("--preset", a->preset,
+                     "best: --rotate-weights --gptq --grid search --grid-refit on (with "
+                     "--target-bpw/--target-size or --bits; docs/GPTQ.md)")
+          ->check(CLI::IsMember({"best"}));
       add_gptq_flags(app, &a->gptq);
       app.add_flag("--no-quantize", a->no_quantize,
                    "write every tensor float (with --rotate-weights: the folded float model)");

@@ -5,10 +5,14 @@
 namespace tq {
 
 nlohmann::json gptq_options_record(const CalibOptions& calib, const GptqOptions& gptq) {
-  return {{"calib", calib.files},           {"calib_tokens", calib.tokens},
-          {"calib_seq_len", calib.seq_len}, {"calib_seed", calib.seed},
-          {"gptq_block", gptq.block},       {"damp", gptq.damp},
-          {"act_order", gptq.act_order}};
+  nlohmann::json j = {{"calib", calib.files},           {"calib_tokens", calib.tokens},
+                      {"calib_seq_len", calib.seq_len}, {"calib_seed", calib.seed},
+                      {"gptq_block", gptq.block},       {"damp", gptq.damp},
+                      {"act_order", gptq.act_order}};
+  // Only when not the old default, so that earlier checkpoints keep their fingerprint.
+  if (gptq.grid != GridChoice::kMinMax) j["grid"] = grid_choice_name(gptq.grid);
+  if (gptq.refit) j["refit"] = true;
+  return j;
 }
 
 std::string gptq_resume_fingerprint(const ConvertJob& job, const CalibOptions& calib,

@@ -150,7 +150,11 @@ std::vector<ReportGroup> gather_report(const std::vector<RunRecord>& runs,
     const std::string a = see(r.artifact);
     if (r.kind == "ppl") ppl[a] = r.result;
     if (r.kind == "bench") bench[a] = r.result;
-    if (r.kind == "convert") convert[a] = r.result;
+    if (r.kind == "convert") {
+      convert[a] = r.result;
+      // The recorded source files the artifact even after its directory is gone.
+      if (r.base_artifact && !source.count(a)) source[a] = see(*r.base_artifact);
+    }
     if (r.kind == "eval") {
       eval_accuracies(r.result, "metrics", &own_tasks[a]);
       if (r.base_artifact) {

@@ -38,10 +38,35 @@ std::string esc(const std::string& s) {
 }
 
 struct Point {
-  double x, y;
+  double x, y;  // x: size in MB
   std::string artifact;
+  double bpw = 0.0;
   bool pareto = false;
 };
+
+// Label positions that do not overlap: each label (estimated 6 px per character, 11 px tall)
+// goes to the first vertical offset from its point that clears the labels placed before it.
+std::vector<double> label_offsets(const std::vector<std::pair<double, double>>& at,
+                                  const std::vector<size_t>& chars) {
+  struct Box {
+    double x0, x1, y0, y1;
+  };
+  std::vector<Box> placed;
+  std::vector<double> dy(at.size(), -6.0);
+  for (size_t i = 0; i < at.size(); ++i) {
+    const double x0 = at[i].first + 8, x1 = x0 + 6.0 * static_cast<double>(chars[i]);
+    for (double d : {-6.0, 14.0, -18.0, 26.0, -30.0, 38.0, -42.0, 50.0}) {
+      const Box b{x0, x1, at[i].second + d - 10, at[i].second + d + 1};
+      bool clear = true;
+      for (const Box& p : placed)
+        clear = clear && (b.x1 < p.x0 || b.x0 > p.x1 || b.y1 < p.y0 || b.y0 > p.y1);
+      dy[i] = d;
+      if (clear) break;
+    }
+    placed.push_back({x0, x1, at[i].second + dy[i] - 10, at[i].second + dy[i] + 1});
+  }
+  return dy;
+}
 
 // 1-2-5 steps giving about `want` ticks over [lo, hi].
 std::vector<double> nice_ticks(double lo, double hi, int want) {
@@ -110,8 +135,9 @@ std::string chart(const std::string& id, const std::string& title, const std::st
         "<text x=\"{3}\" y=\"{4:.1f}\" class=\"tick\" text-anchor=\"end\">{5}</text>\n",
         ml, W - mr, sy(t), ml - 6, sy(t) + 4, fmt_tick(t));
   s += fmt::format(
-      "<text x=\"{}\" y=\"{}\" class=\"axis\" text-anchor=\"middle\">bits per weight (mlx-lm "
-      "definition)</text>\n<text x=\"16\" y=\"{}\" class=\"axis\" text-anchor=\"middle\" "
+      "<text x=\"{}\" y=\"{}\" class=\"axis\" text-anchor=\"middle\">size (MB; bits per "
+      "weight, mlx-lm's definition, beside each point)</text>\n<text x=\"16\" y=\"{}\" "
+      "class=\"axis\" text-anchor=\"middle\" "
       "transform=\"rotate(-90 16 {})\">{}</text>\n",
       (ml + W - mr) / 2, H - 12, (mt + H - mb) / 2, (mt + H - mb) / 2, esc(ylabel));
   std::vector<std::pair<double, double>> xy;
@@ -129,13 +155,25 @@ std::string chart(const std::string& id, const std::string& title, const std::st
       d += fmt::format("{}{:.1f},{:.1f}", i ? " " : "", sx(stair[i].x), sy(stair[i].y));
     s += fmt::format("<polyline points=\"{}\" class=\"front\"/>\n", d);
   }
-  for (const Point& p : pts)
+  std::sort(pts.begin(), pts.end(), [](const Point& a, const Point& b) { return a.x < b.x; });
+  std::vector<std::pair<double, double>> at;
+  std::vector<std::string> labels;
+  std::vector<size_t> chars;
+  for (const Point& p : pts) {
+    at.emplace_back(sx(p.x), sy(p.y));
+    labels.push_back(fmt::format("{} ({:.2f})", artifact_short_name(p.artifact), p.bpw));
+    chars.push_back(labels.back().size());
+  }
+  const std::vector<double> dy = label_offsets(at, chars);
+  for (size_t i = 0; i < pts.size(); ++i) {
+    const Point& p = pts[i];
     s += fmt::format(
         "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"{}\" class=\"pt{}\" data-artifact=\"{}\">"
-        "<title>{}: {:.4f} bpw, {:.5g}</title></circle>"
+        "<title>{}: {:.2f} MB, {:.4f} bpw, {:.5g}</title></circle>"
         "<text x=\"{:.1f}\" y=\"{:.1f}\" class=\"label\">{}</text>\n",
         sx(p.x), sy(p.y), p.pareto ? 6 : 5, p.pareto ? " pareto" : "", esc(p.artifact),
-        esc(p.artifact), p.x, p.y, sx(p.x) + 8, sy(p.y) - 6, esc(artifact_short_name(p.artifact)));
+        esc(p.artifact), p.x, p.bpw, p.y, sx(p.x) + 8, sy(p.y) + dy[i], esc(labels[i]));
+  }
   s += "</svg>\n";
   return s;
 }
@@ -145,23 +183,36 @@ std::string opt_num(const std::optional<double>& v, const char* f = "{:.4f}") {
 }
 
 std::string group_html(const ReportGroup& g, size_t index) {
+  // x is the size in bytes (Pareto too): untying a head adds parameters, so equal bpw is not
+  // equal size.
   std::vector<Point> kl_pts, ppl_pts;
   for (const ReportArm& a : g.arms) {
     auto bpw = a.bpw();
-    if (!bpw) continue;
-    if (auto k = a.mean_kl(); k && a.artifact != g.source) kl_pts.push_back({*bpw, *k, a.artifact});
-    if (auto p = a.ppl_value()) ppl_pts.push_back({*bpw, *p, a.artifact});
+    if (!bpw || !a.info || a.info->bytes == 0) continue;
+    const double mb = static_cast<double>(a.info->bytes) / 1e6;
+    if (auto k = a.mean_kl(); k && a.artifact != g.source)
+      kl_pts.push_back({mb, *k, a.artifact, *bpw});
+    if (auto p = a.ppl_value()) ppl_pts.push_back({mb, *p, a.artifact, *bpw});
   }
   std::vector<std::pair<double, double>> kxy;
   for (const Point& p : kl_pts) kxy.emplace_back(p.x, p.y);
   std::vector<bool> kl_front = pareto_front(kxy);
   std::string s =
       fmt::format("<section class=\"group\">\n<h2>Source model: {}</h2>\n", esc(g.source));
-  s += "<div class=\"charts\">\n";
-  s += chart(fmt::format("kl-{}", index), "Mean KL(source || artifact) vs size (log scale)",
-             "mean KL (nats/token)", kl_pts, true);
-  s += chart(fmt::format("ppl-{}", index), "Perplexity vs size", "perplexity", ppl_pts, false);
-  s += "</div>\n<table>\n<tr><th>artifact</th><th>recipe</th><th>bpw</th><th>GB</th>"
+  if (kl_pts.empty() && ppl_pts.empty()) {
+    s += "<p class=\"nodata\">Nothing to plot: no KL or perplexity measured with a known "
+         "size.</p>\n";
+  } else {
+    s += "<div class=\"charts\">\n";
+    if (!kl_pts.empty())
+      s += chart(fmt::format("kl-{}", index), "Mean KL(source || artifact) vs size (log scale)",
+                 "mean KL (nats/token)", kl_pts, true);
+    if (!ppl_pts.empty())
+      s += chart(fmt::format("ppl-{}", index), "Perplexity vs size (log scale)", "perplexity",
+                 ppl_pts, true);
+    s += "</div>\n";
+  }
+  s += "<table>\n<tr><th>artifact</th><th>recipe</th><th>bpw</th><th>GB</th>"
        "<th>PPL ±</th><th>mean KL</th><th>median KL</th><th>p99 KL</th><th>top-1</th>"
        "<th>decode tok/s</th><th>prefill tok/s</th><th>KL Pareto</th><th>task acc %</th></tr>\n";
   for (const ReportArm& a : g.arms) {

@@ -18,13 +18,14 @@ std::string num(const std::optional<double>& v, const char* f) {
 std::string render_report_text(const std::vector<ReportGroup>& groups) {
   std::string out;
   for (const ReportGroup& g : groups) {
-    // KL Pareto front over the arms with both bpw and KL (the source itself excluded).
+    // KL Pareto front in bytes (untying adds parameters, so equal bpw is not equal size) over
+    // the arms with both a size and a KL (the source itself excluded).
     std::vector<std::pair<double, double>> pts;
     std::vector<size_t> idx;
     for (size_t i = 0; i < g.arms.size(); ++i) {
       const ReportArm& a = g.arms[i];
-      if (a.bpw() && a.mean_kl() && a.artifact != g.source) {
-        pts.emplace_back(*a.bpw(), *a.mean_kl());
+      if (a.info && a.info->bytes > 0 && a.mean_kl() && a.artifact != g.source) {
+        pts.emplace_back(static_cast<double>(a.info->bytes), *a.mean_kl());
         idx.push_back(i);
       }
     }

@@ -16,6 +16,7 @@
 #include "formats/mlx_encode.h"
 #include "formats/mlx_float.h"
 #include "formats/mlx_quant.h"
+#include "quant/grid_refit.h"
 #include "quant/group_grid.h"
 #include "tensor/tensor.h"
 
@@ -64,14 +65,17 @@ Status pack_and_decode(const GroupCoder& coder, int64_t rows, int64_t cols,
                         *q);
 }
 
-// Grids of every group of w [rows, cols] (row-major), fitted on the values as they are.
-std::vector<GroupGrid> fit_all(const GroupCoder& coder, const float* w, int64_t rows,
-                               int64_t cols) {
+// Grids of every group of w [rows, cols] (row-major), fitted on the values as they are; d
+// [cols] (or empty) weights each column's error when the coder searches.
+std::vector<GroupGrid> fit_all(const GroupCoder& coder, const float* w, int64_t rows, int64_t cols,
+                               std::span<const float> d = {}) {
   const int64_t g = coder.spec().group_size, ng = cols / g;
   std::vector<GroupGrid> grids(static_cast<size_t>(rows * ng));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t j = 0; j < ng; ++j)
-      grids[r * ng + j] = coder.fit({w + r * cols + j * g, static_cast<size_t>(g)});
+      grids[r * ng + j] =
+          coder.fit({w + r * cols + j * g, static_cast<size_t>(g)},
+                    d.empty() ? d : d.subspan(static_cast<size_t>(j * g), static_cast<size_t>(g)));
   return grids;
 }
 
@@ -116,16 +120,22 @@ Sweep run_sweep(const GroupCoder& coder, std::vector<double> wt, int64_t rows, i
   s.grids =
       static_grids.empty() ? std::vector<GroupGrid>(static_cast<size_t>(rows * ng)) : static_grids;
   std::vector<double> e(static_cast<size_t>(block * rows));  // E [block, rows]
-  std::vector<float> group(static_cast<size_t>(gs));
+  std::vector<float> group(static_cast<size_t>(gs)), weight(static_cast<size_t>(gs));
   for (int64_t i1 = 0; i1 < cols; i1 += block) {
     const int64_t i2 = std::min<int64_t>(i1 + block, cols);
     for (int64_t t = i1; t < i2; ++t) {
       const int64_t col = perm[t], grp = col / gs;
       if (static_grids.empty() && col % gs == 0) {  // no permutation: t == col
         // Grid of columns t..t+gs-1 from their updated values (inside this block: gs | block).
+        // A searched grid weights column j's error by 1/U_jj², GPTQ's cost of that error with
+        // the later columns free to compensate.
+        for (int64_t j = 0; j < gs; ++j) {
+          const double ujj = u[(t + j) * cols + t + j];
+          weight[j] = static_cast<float>(1.0 / (ujj * ujj));
+        }
         for (int64_t r = 0; r < rows; ++r) {
           for (int64_t j = 0; j < gs; ++j) group[j] = static_cast<float>(wt[(t + j) * rows + r]);
-          const GroupGrid g = coder.fit(group);
+          const GroupGrid g = coder.fit(group, weight);
           if (GroupCoder::magnitude(g) > scale_ceiling || !std::isfinite(g.scale)) {
             s.outcome = Sweep::kScale;
             return s;
@@ -183,17 +193,21 @@ double gptq_proxy_loss(std::span<const float> w, std::span<const float> q, int64
 }
 
 Result<RtnResult> rtn_quantize(std::span<const float> w, int64_t rows, int64_t cols,
-                               const QuantSpec& spec, DType dtype) {
+                               const QuantSpec& spec, DType dtype, GridChoice grid,
+                               std::span<const float> d) {
   TQ_CHECK_OK(check_shape(spec, dtype, rows, cols, w.size()));
-  const GroupCoder coder(spec, dtype);
+  if (!d.empty() && static_cast<int64_t>(d.size()) != cols)
+    return err("rtn {}: {} column weights for {} columns", quant_spec_str(spec), d.size(), cols);
+  const GroupCoder coder(spec, dtype, grid);
+  const bool search = grid == GridChoice::kSearch && coder.affine();
   RtnResult out;
-  if (all_of_dtype(w, dtype)) {
+  if (all_of_dtype(w, dtype) && !search) {
     TQ_CHECK_OK(quantize_mlx(spec, rows, cols, w, dtype, &out.weight, &out.scales, &out.biases));
     out.dequantized.resize(w.size());
     TQ_CHECK_OK(dequantize_mlx(spec, rows, cols, out.weight, coder.scale_dtype(), out.scales,
                                out.biases, out.dequantized));
   } else {
-    const std::vector<GroupGrid> grids = fit_all(coder, w.data(), rows, cols);
+    const std::vector<GroupGrid> grids = fit_all(coder, w.data(), rows, cols, d);
     std::vector<uint8_t> codes(w.size());
     const int64_t gs = spec.group_size;
     for (int64_t r = 0; r < rows; ++r)
@@ -202,8 +216,8 @@ Result<RtnResult> rtn_quantize(std::span<const float> w, int64_t rows, int64_t c
     TQ_CHECK_OK(pack_and_decode(coder, rows, cols, codes, grids, &out.weight, &out.scales,
                                 &out.biases, &out.dequantized));
   }
-  // The largest decoded scale: recompute the grids of the stored tensors' groups.
-  const std::vector<GroupGrid> grids = fit_all(coder, w.data(), rows, cols);
+  // The largest decoded min/max scale (the divergence ceiling's base, whatever the grid choice).
+  const std::vector<GroupGrid> grids = fit_all(GroupCoder(spec, dtype), w.data(), rows, cols);
   for (const GroupGrid& g : grids) out.max_scale = std::max(out.max_scale, coder.magnitude(g));
   return out;
 }
@@ -230,9 +244,14 @@ Result<GptqResult> gptq_quantize(std::span<const float> w, int64_t rows, int64_t
     if (h[j * cols + j] < 0.0)
       return err("{}: Hessian diagonal [{}] = {} is negative", what, j, h[j * cols + j]);
 
-  const GroupCoder coder(spec, dtype);
+  const GroupCoder coder(spec, dtype, opt.grid);
   GptqResult res;
-  TQ_TRY(RtnResult rtn, rtn_quantize(w, rows, cols, spec, dtype));
+  // The RTN reference (loss guard and fallback) takes the same grid choice, weighted by H_kk.
+  std::vector<float> hdiag(static_cast<size_t>(cols));
+  for (int64_t j = 0; j < cols; ++j) hdiag[j] = static_cast<float>(h[j * cols + j]);
+  TQ_TRY(RtnResult rtn, rtn_quantize(w, rows, cols, spec, dtype, opt.grid,
+                                     opt.grid == GridChoice::kSearch ? std::span<const float>(hdiag)
+                                                                     : std::span<const float>()));
   res.rtn_loss = gptq_proxy_loss(w, rtn.dequantized, rows, cols, h);
 
   // Dead inputs: zero the weight column, set H_jj = 1 (FORMATS.md §5.2 step 2).
@@ -251,6 +270,7 @@ Result<GptqResult> gptq_quantize(std::span<const float> w, int64_t rows, int64_t
     res.biases = std::move(rtn.biases);
     res.dequantized = std::move(rtn.dequantized);
     res.proxy_loss = res.rtn_loss;
+    res.sweep_loss = res.rtn_loss;
     res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return std::move(res);
   };
@@ -258,8 +278,10 @@ Result<GptqResult> gptq_quantize(std::span<const float> w, int64_t rows, int64_t
   // the module would lose all its weights; keep RTN.
   if (res.dead_columns == cols) return finish_rtn();
   const bool static_groups = opt.static_groups || opt.act_order;
+  std::vector<float> hdiag0(static_cast<size_t>(cols));
+  for (int64_t j = 0; j < cols; ++j) hdiag0[j] = static_cast<float>(hd[j * cols + j]);
   const std::vector<GroupGrid> static_grids =
-      static_groups ? fit_all(coder, w0.data(), rows, cols) : std::vector<GroupGrid>{};
+      static_groups ? fit_all(coder, w0.data(), rows, cols, hdiag0) : std::vector<GroupGrid>{};
 
   // Act-order: columns by descending H_jj (stable), H permuted on both sides.
   std::vector<int64_t> perm(static_cast<size_t>(cols));
@@ -302,7 +324,23 @@ Result<GptqResult> gptq_quantize(std::span<const float> w, int64_t rows, int64_t
       if (f32_to_bits(s.q[i]) != f32_to_bits(cand.dequantized[i]))
         return err("{}: internal: element [{}, {}] decodes to {} but the sweep used {}", what,
                    i / cols, i % cols, cand.dequantized[i], s.q[i]);
-    const double loss = gptq_proxy_loss(w, cand.dequantized, rows, cols, h);
+    double loss = gptq_proxy_loss(w, cand.dequantized, rows, cols, h);
+    cand.sweep_loss = loss;
+    if (opt.refit && coder.affine() && loss <= res.rtn_loss) {
+      TQ_TRY(RefitStats rs, refit_affine_grids(coder, w, rows, cols, h, s.codes, &s.grids));
+      if (rs.rows_refit > 0) {
+        GptqResult refit;
+        TQ_CHECK_OK(pack_and_decode(coder, rows, cols, s.codes, s.grids, &refit.weight,
+                                    &refit.scales, &refit.biases, &refit.dequantized));
+        const double refit_loss = gptq_proxy_loss(w, refit.dequantized, rows, cols, h);
+        if (refit_loss < loss) {
+          refit.sweep_loss = loss;
+          refit.refit_rows = rs.rows_refit;
+          cand = std::move(refit);
+          loss = refit_loss;
+        }
+      }
+    }
     if (!(loss <= res.rtn_loss)) {
       ++res.loss_divergences;
       continue;
@@ -312,6 +350,8 @@ Result<GptqResult> gptq_quantize(std::span<const float> w, int64_t rows, int64_t
     res.biases = std::move(cand.biases);
     res.dequantized = std::move(cand.dequantized);
     res.proxy_loss = loss;
+    res.sweep_loss = cand.sweep_loss;
+    res.refit_rows = cand.refit_rows;
     res.damp = frac;
     res.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return res;

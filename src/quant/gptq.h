@@ -19,6 +19,7 @@
 
 #include "base/result.h"
 #include "formats/quant_spec.h"
+#include "quant/grid_search.h"
 #include "tensor/dtype.h"
 
 namespace tq {
@@ -30,6 +31,11 @@ struct GptqOptions {
   bool act_order = false;      // columns by descending H_ii; implies static groups
   bool static_groups = false;  // group grids fixed from W (after dead columns) before the sweep
   double scale_guard = 4.0;    // divergence: |group scale| > scale_guard · RTN's largest
+  // Affine grids: kSearch fits each group (and the RTN reference) to minimise the error
+  // weighted by 1/[H⁻¹]_kk of the remaining columns (static groups: H_kk); refit solves each
+  // row's scales and biases against H once the codes are fixed (docs/GPTQ.md, "Grids").
+  GridChoice grid = GridChoice::kMinMax;
+  bool refit = false;
 };
 
 struct GptqResult {
@@ -45,7 +51,9 @@ struct GptqResult {
   int scale_divergences = 0;
   int loss_divergences = 0;
   int dead_columns = 0;
-  bool fallback = false;  // every attempt failed: the tensors are RTN's
+  double sweep_loss = 0.0;  // L(Q) before the grid refit (= proxy_loss without one)
+  int64_t refit_rows = 0;   // rows whose grids the refit changed
+  bool fallback = false;    // every attempt failed: the tensors are RTN's
   double seconds = 0.0;
 };
 
@@ -65,8 +73,12 @@ struct RtnResult {
   std::vector<float> dequantized;
   float max_scale = 0.0f;  // largest |decoded group scale| (the divergence ceiling's base)
 };
+// With GridChoice::kSearch the affine grids minimise each group's squared error, weighted by
+// d [cols] when given (e.g. the Hessian diagonal), else plain.
 Result<RtnResult> rtn_quantize(std::span<const float> w, int64_t rows, int64_t cols,
-                               const QuantSpec& spec, DType dtype);
+                               const QuantSpec& spec, DType dtype,
+                               GridChoice grid = GridChoice::kMinMax,
+                               std::span<const float> d = {});
 
 // tr((W − Q) H (W − Q)ᵀ) in f64 (w, q [rows, cols]; h [cols, cols]).
 double gptq_proxy_loss(std::span<const float> w, std::span<const float> q, int64_t rows,

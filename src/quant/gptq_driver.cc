@@ -147,6 +147,10 @@ Result<GptqModule> GptqDriver::quantize_module(int64_t layer, const std::string&
             {"loss_divergences", g.loss_divergences},
             {"dead_columns", g.dead_columns},
             {"seconds", g.seconds}};
+  if (opt_.gptq.refit) {
+    m.info["sweep_loss"] = g.sweep_loss;  // before the grid refit
+    m.info["refit_rows"] = g.refit_rows;
+  }
   auto bump = [&](const char* k, int64_t v) { summary_[k] = summary_[k].get<int64_t>() + v; };
   bump("modules", 1);
   bump("fallbacks", g.fallback);

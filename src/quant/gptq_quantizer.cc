@@ -31,12 +31,15 @@ Result<std::unique_ptr<GptqQuantizer>> GptqQuantizer::create(
                  {"max_damp", options.gptq.max_damp},
                  {"act_order", options.gptq.act_order},
                  {"scale_guard", options.gptq.scale_guard},
+                 {"grid", grid_choice_name(options.gptq.grid)},
+                 {"refit", options.gptq.refit},
                  {"hessian", options.hessian == HessianPrecision::kF64 ? "f64" : "f32-batch"}};
   q->calib_record_ = calib.info();
   q->load_embedding_ = std::move(load_embedding);
   q->record_timings_ = record_timings;
   for (const TensorKind& k : family_table(cfg.family))
     if (k.role == TensorRole::kEmbed) q->embed_name_ = tensor_name(k, -1);
+  q->grid_ = options.gptq.grid;
   TQ_TRY(q->driver_, GptqDriver::create(cfg, calib, std::move(options)));
   return q;
 }
@@ -51,7 +54,7 @@ Result<std::vector<QuantizedModule>> GptqQuantizer::quantize(
       if (it == tensors.end()) return err("globals: no tensor '{}' to quantize", name);
       const FloatTensor w = rounded(it->second, dtype);
       if (w.shape.size() != 2) return err("globals: '{}' is not a matrix", name);
-      TQ_TRY(RtnResult r, rtn_quantize(w.data, w.shape[0], w.shape[1], spec, dtype));
+      TQ_TRY(RtnResult r, rtn_quantize(w.data, w.shape[0], w.shape[1], spec, dtype, grid_));
       if (name == embed_name_ && !embedding_set_) {
         TQ_CHECK_OK(driver_->set_embedding(FloatTensor{w.shape, std::move(r.dequantized)}));
         embedding_set_ = true;

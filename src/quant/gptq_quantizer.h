@@ -28,6 +28,7 @@ class GptqQuantizer : public LayerQuantizer {
   std::unique_ptr<GptqDriver> driver_;
   std::function<Result<FloatTensor>()> load_embedding_;
   bool embedding_set_ = false, record_timings_ = true;
+  GridChoice grid_ = GridChoice::kMinMax;  // of the RTN globals too
   nlohmann::json calib_record_, options_;
   std::string embed_name_;  // the embedding's name in the output's layout
 };

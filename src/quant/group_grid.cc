@@ -6,8 +6,14 @@
 
 namespace tq {
 
-GroupGrid GroupCoder::fit(std::span<const float> group) const {
+GroupGrid GroupCoder::fit(std::span<const float> group, std::span<const float> d) const {
   GroupGrid g;
+  if (affine() && grid_ == GridChoice::kSearch) {
+    const StoredAffine a = search_affine_grid(group, d, spec_.bits, dtype_);
+    g.scale = a.scale;
+    g.bias = a.bias;
+    return g;
+  }
   if (affine()) {
     const AffineGrid a = affine_grid(group, spec_.bits, dtype_);
     g.scale = a.stored_scale;

@@ -8,6 +8,7 @@
 #include <span>
 
 #include "formats/quant_spec.h"
+#include "quant/grid_search.h"
 #include "tensor/dtype.h"
 
 namespace tq {
@@ -21,9 +22,12 @@ struct GroupGrid {
 
 class GroupCoder {
  public:
-  GroupCoder(const QuantSpec& spec, DType dtype) : spec_(spec), dtype_(dtype) {}
+  GroupCoder(const QuantSpec& spec, DType dtype, GridChoice grid = GridChoice::kMinMax)
+      : spec_(spec), dtype_(dtype), grid_(grid) {}
 
-  GroupGrid fit(std::span<const float> group) const;
+  // The group's grid; with GridChoice::kSearch an affine grid minimises Σ d_k (w_k − ŵ_k)²
+  // (d empty: plain squared error). fp modes always take MLX's scale.
+  GroupGrid fit(std::span<const float> group, std::span<const float> d = {}) const;
   uint8_t code(float w, const GroupGrid& g) const;
   // The decoded value of a code, bit for bit what dequantize_mlx returns.
   float value(uint8_t code, const GroupGrid& g) const;
@@ -33,12 +37,14 @@ class GroupCoder {
   const QuantSpec& spec() const { return spec_; }
   DType dtype() const { return dtype_; }
   bool affine() const { return spec_.mode == QuantMode::kAffine; }
+  GridChoice grid() const { return grid_; }
   // dtype of the stored scales: the weight dtype (affine) or U8 (fp modes).
   DType scale_dtype() const { return affine() ? dtype_ : DType::kU8; }
 
  private:
   QuantSpec spec_;
   DType dtype_;
+  GridChoice grid_;
 };
 
 }  // namespace tq

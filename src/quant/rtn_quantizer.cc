@@ -3,11 +3,13 @@
 #include <algorithm>
 
 #include "formats/mlx_encode.h"
+#include "formats/mlx_float.h"
+#include "quant/gptq.h"
 
 namespace tq {
 
 Result<QuantizedModule> rtn_quantize_matrix(const std::string& tensor_name, const FloatTensor& w,
-                                            const QuantSpec& spec, DType dtype) {
+                                            const QuantSpec& spec, DType dtype, GridChoice grid) {
   if (w.shape.size() != 2)
     return err("tensor '{}': shape {} is not a matrix", tensor_name, shape_str(w.shape));
   QuantizedModule m;
@@ -15,6 +17,17 @@ Result<QuantizedModule> rtn_quantize_matrix(const std::string& tensor_name, cons
   m.shape = w.shape;
   m.spec = spec;
   m.scale_dtype = quant_mode_has_biases(spec.mode) ? dtype : DType::kU8;
+  if (grid == GridChoice::kSearch && spec.mode == QuantMode::kAffine) {
+    std::vector<float> rounded(w.data);
+    if (dtype != DType::kF32)
+      for (float& v : rounded) v = round_to_dtype(v, dtype);
+    auto r = rtn_quantize(rounded, w.shape[0], w.shape[1], spec, dtype, grid);
+    if (!r.ok()) return err("tensor '{}': {}", tensor_name, r.error().message);
+    m.weight = std::move(r.value().weight);
+    m.scales = std::move(r.value().scales);
+    m.biases = std::move(r.value().biases);
+    return m;
+  }
   // Round to the output dtype first (the values mlx-lm quantizes after its cast), a block of
   // rows at a time: rows are packed independently, so the blocks concatenate.
   const int64_t rows = w.shape[0], cols = w.shape[1];
@@ -55,7 +68,7 @@ Result<std::vector<QuantizedModule>> RtnQuantizer::quantize(
   for (const auto& [name, spec] : specs) {
     auto it = tensors.find(name);
     if (it == tensors.end()) return err("layer {}: no tensor '{}' to quantize", layer, name);
-    TQ_TRY(QuantizedModule m, rtn_quantize_matrix(name, it->second, spec, dtype));
+    TQ_TRY(QuantizedModule m, rtn_quantize_matrix(name, it->second, spec, dtype, grid_));
     out.push_back(std::move(m));
   }
   return out;

@@ -74,5 +74,43 @@ TEST(Report, EscapesArtifactNames) {
   EXPECT_NE(html.find("&lt;b&gt;&amp;&quot;x"), std::string::npos);
 }
 
+// Issue 28 item 4: a deleted artifact keeps the source its convert row recorded; a source with
+// nothing to plot gets one line, not two empty charts; the Pareto front is in bytes.
+TEST(Report, DeletedArtifactsKeepTheirSourceAndParetoIsInBytes) {
+  std::vector<RunRecord> runs = {
+      run("convert", "/gone/a", {{"bpw", 3.5}, {"bytes", 700}, {"params", 1600}}, "/m/base"),
+      run("convert", "/gone/b", {{"bpw", 3.5}, {"bytes", 600}, {"params", 1371}}, "/m/base"),
+      run("kl", "/gone/a", {{"mean_kl", 0.2}}, "/m/base"),
+      run("kl", "/gone/b", {{"mean_kl", 0.3}}, "/m/base"),
+      run("bench", "/lonely", {{"decode_tok_s", 5.0}}),
+  };
+  auto probe = [](const std::string& p) -> std::optional<ArtifactInfo> {
+    if (p.rfind("/gone/", 0) == 0) return std::nullopt;  // directories deleted
+    ArtifactInfo a;
+    a.bpw = 16;
+    a.bytes = 3200;
+    return a;
+  };
+  std::vector<ReportGroup> g = gather_report(runs, probe);
+  ASSERT_EQ(g.size(), 2u);
+  EXPECT_EQ(g[0].source, "/m/base");
+  ASSERT_EQ(g[0].arms.size(), 3u);
+  EXPECT_EQ(g[1].source, "/lonely");
+  const std::string html = render_report_html(g, "db", "t");
+  // Same bpw, different bytes: both are on the front (one smaller, the other better); by bpw
+  // /gone/b would be dominated.
+  const auto pareto = [&](const std::string& a) {
+    const size_t i = html.find("data-artifact=\"" + a + "\"");
+    return i != std::string::npos && html.rfind("pareto", i) > html.rfind("<circle", i);
+  };
+  EXPECT_TRUE(pareto("/gone/a"));
+  EXPECT_TRUE(pareto("/gone/b"));
+  EXPECT_EQ(html.find("id=\"kl-1\""), std::string::npos);
+  EXPECT_NE(html.find("Nothing to plot"), std::string::npos);
+  EXPECT_NE(html.find("(3.50)"), std::string::npos);  // bpw beside the point
+  const std::string text = render_report_text(g);
+  EXPECT_NE(text.find("source: /m/base"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace tq::eval

@@ -102,3 +102,55 @@ def test_gptq_convert_metadata_and_resume(tq_bin, model, tmp_path):
                             "--calib-seq-len", "128", "--gptq-checkpoint", str(ck), "--resume"],
                            capture_output=True, text=True, timeout=600)
         assert r.returncode != 0 and "another source, options or calibration" in r.stderr, r.stderr
+
+
+def test_searched_grids_and_refit_lower_the_loss_and_load_in_mlx_lm(tq_bin, model, tmp_path):
+    """--grid search --grid-refit on: every module's refit keeps or lowers its sweep's loss, most
+    refit some rows, and stock mlx-lm loads the artifact with the bpw tq predicts."""
+    src, calib = model
+    out = tmp_path / "refit"
+    convert(tq_bin, src, out, calib, "--grid", "search", "--grid-refit", "on", "--json")
+    meta = json.loads((out / "tq_metadata.json").read_text())
+    assert meta["quantizer"]["options"]["grid"] == "search"
+    assert meta["quantizer"]["options"]["refit"] is True
+    infos = [v for k, v in meta["module_info"].items() if k.startswith("model.layers.")]
+    assert len(infos) == 42
+    assert all(i["proxy_loss"] <= i["sweep_loss"] <= i["rtn_loss"] for i in infos)
+    assert sum(i["refit_rows"] > 0 for i in infos) >= 30
+    mlx_lm = pytest.importorskip("mlx_lm")
+    from mlx_lm.utils import compute_bits_per_weight, load
+
+    loaded, _ = load(str(out))
+    assert compute_bits_per_weight(loaded) == pytest.approx(meta["size"]["bpw"], rel=1e-12)
+    del mlx_lm
+
+
+def test_preset_best_composes_allocation_rotation_and_gptq(tq_bin, model, tmp_path):
+    """--preset best --target-bpw: allocation from a rotated sensitivity table, rotation and GPTQ
+    with searched, refitted grids in one convert; the same bytes as the explicit flags."""
+    src, calib = model
+    table = tmp_path / "sens.json"  # small (2 widths, 1 window) to keep the test short
+    r = subprocess.run([tq_bin, "sensitivity", str(src), "--rotate-weights", "--bits", "2,4",
+                        "--windows", "1", "--seq-len", "64", "--threads", "1", "-o", str(table)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    outs = {}
+    for name, flags in [("preset", ["--preset", "best"]),
+                        ("explicit", ["--rotate-weights", "--gptq", "--grid", "search",
+                                      "--grid-refit", "on"])]:
+        out = tmp_path / name
+        cmd = [tq_bin, "convert", str(src), "-o", str(out), "--target-bpw", "3.6", "--sensitivity",
+               str(table), *flags, *[a for c in calib for a in ("--calib", str(c))],
+               "--calib-tokens", "2048", "--calib-seq-len", "128", "--no-timings", "--no-db"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        outs[name] = out
+    meta = json.loads((outs["preset"] / "tq_metadata.json").read_text())
+    assert meta["options"]["preset"] == "best"
+    assert meta["transforms"] and meta["quantizer"]["method"] == "gptq"
+    assert meta["quantizer"]["options"]["grid"] == "search"
+    alloc = meta["allocation"]
+    assert 3.5 <= alloc["achieved_bpw"] <= 3.6 and meta["size"]["bpw"] == alloc["achieved_bpw"]
+    assert len(alloc["spec_counts"]) > 1  # mixed widths
+    strip = lambda d: {k: v for k, v in files(d).items() if k != "tq_metadata.json"}  # noqa: E731
+    assert strip(outs["preset"]) == strip(outs["explicit"])

@@ -3,7 +3,7 @@
 The seeded tiny llama / qwen2 / qwen3 checkpoints of test_forward_logits.py (bf16, f32 and f16
 sources, tied and untied, biases, q/k norms) are converted at affine 4-bit g64, 3-bit g64,
 8-bit g32, mxfp4, nvfp4, mxfp8, the mixed_3_6 preset and a custom recipe (one module kept float,
-per-module modes and groups); SmolLM2 (converted straight from its GGUF) at a few of them. For
+per-module modes and groups) and searched grids (--grid search); SmolLM2 (converted straight from its GGUF) at a few of them. For
 each artifact:
   - stock mlx-lm loads it (mlx_lm.utils.load, model + tokenizer) and generates text;
   - its logits (mlx-lm, f32 activations) equal our runtime's on the same artifact within 1e-3
@@ -56,6 +56,9 @@ SPECS = {
     "mxfp8": ["--mode", "mxfp8"],
     "mixed_3_6": ["--recipe", "mixed_3_6"],
     "recipe": ["--recipe", "RECIPE"],
+    # Searched grids: the same layout with other scales/biases (GPTQ's refit:
+    # tests/integration/test_gptq_convert.py).
+    "affine3_g64_search": ["--bits", "3", "--group-size", "64", "--grid", "search"],
 }
 SMOL_SPECS = ["affine4_g64", "recipe"]
 # Stock mlx_lm.convert settings that must give the very same tensors as ours.
