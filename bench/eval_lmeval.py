@@ -13,6 +13,11 @@ on CPU, f32 activations; by default its quantized layers are dequantized at load
 one ~1-2 s on OpenBLAS). GSM8K runs with 256 new tokens at most (HFLM's default max_gen_toks;
 MLXLM's would be 8192).
 
+Prints a table (task, items, agree, ties, both accuracies, the largest log-likelihood
+difference) and every disagreement by its line in $TQ_CACHE/eval/TASK.jsonl; exits 1 if any item
+disagrees outside a near-tie (GSM8K generations have no tie test: a diverging greedy token shows
+as a disagreement to look at).
+
 The harness is installed on first use into $TQ_CACHE/lmeval-venv, a venv that also sees the
 project venv's packages (mlx, mlx-lm, transformers) through a .pth file. Nothing is fetched from a
 model or dataset hub (HF_HUB_OFFLINE=1, HF_DATASETS_OFFLINE=1).
