@@ -25,7 +25,8 @@ if [[ -z "${BASE_LOGITS:-}" ]]; then
   rm -f "$BASE_LOGITS"
   trap 'rm -f "$BASE_LOGITS"' EXIT
 fi
-echo "| arm | bpw | bytes | PPL | mean KL | convert | peak RSS |"
+export SRC TEXT WINDOWS BASE_LOGITS TQ_BIN PY
+echo "| arm | bpw | bytes | PPL | mean KL | convert s | peak RSS GiB |"
 echo "|---|---|---|---|---|---|---|"
 for arm in $ARMS; do
   b="$(sed -E 's/.*-b([0-9]+)-.*/\1/' <<<"$arm")"  # rtn-b4-search -> 4
@@ -36,25 +37,5 @@ for arm in $ARMS; do
   [[ $arm == *-minmax* ]] && flags+=(--grid minmax)
   [[ $arm == *-refit ]] && flags+=(--grid-refit on)
   [[ $arm == *gptq* && $arm != *-refit ]] && flags+=(--grid-refit off)
-  d="$OUT/$arm"
-  /usr/bin/time -f "%e %M" -o "$OUT/time.txt" "$TQ_BIN" convert "$SRC" -o "$d" --force --no-db \
-    "${flags[@]}" 2>"$d.log" || { echo "| $arm | failed: $(tail -1 "$d.log") |"; continue; }
-  read -r wall rss_kb <"$OUT/time.txt"
-  if [[ -f "$BASE_LOGITS" ]]; then
-    "$TQ_BIN" kl --base-logits "$BASE_LOGITS" "$d" --text "$TEXT" --windows "$WINDOWS" --json \
-      --no-db >"$d.kl.json" 2>"$d.kl.log"
-  else
-    "$TQ_BIN" kl "$SRC" "$d" --text "$TEXT" --windows "$WINDOWS" --save-base "$BASE_LOGITS" \
-      --json --no-db >"$d.kl.json" 2>"$d.kl.log"
-  fi
-  "$TQ_BIN" inspect "$d" --json >"$d.inspect.json"
-  "$PY" - "$arm" "$d" "$wall" "$rss_kb" <<'PYEOF'
-import json, sys
-name, d, wall, rss = sys.argv[1:5]
-k = json.load(open(d + ".kl.json"))
-i = json.load(open(d + ".inspect.json"))
-print(f"| {name} | {i['bpw']:.3f} | {i['bytes']} | {k['ppl_candidate']:.3f} ± "
-      f"{k['ppl_candidate_se']:.3f} | {k['mean_kl']:.4f} | {float(wall):.1f} s | "
-      f"{int(rss) / 2**20:.2f} GiB |", flush=True)
-PYEOF
+  "$(dirname "${BASH_SOURCE[0]}")/arm_row.sh" "$arm" "$OUT/$arm" -- "${flags[@]}"
 done

@@ -30,7 +30,7 @@ import threading
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from serve_load import CACHE, ROOT, Proc, free_port  # noqa: E402
+from serve_load import CACHE, ROOT, Proc, free_port, metrics  # noqa: E402
 
 import http.client  # noqa: E402
 
@@ -229,17 +229,6 @@ def quietly(f, *args):
 
 def req(prompt):
     return {"prompt": prompt, "max_tokens": 8, "temperature": 0, "stream": True}
-
-
-def metrics(port):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    c.request("GET", "/metrics")
-    out = {}
-    for line in c.getresponse().read().decode().splitlines():
-        if line and not line.startswith("#"):
-            k, v = line.rsplit(" ", 1)
-            out[k] = float(v)
-    return out
 
 
 def main():

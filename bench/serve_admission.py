@@ -22,19 +22,7 @@ import sys
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from serve_load import ROOT, Proc, free_port  # noqa: E402
-from serve_itl import words  # noqa: E402
-
-
-def metrics(port):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    c.request("GET", "/metrics")
-    out = {}
-    for line in c.getresponse().read().decode().splitlines():
-        if line and not line.startswith("#"):
-            k, v = line.rsplit(" ", 1)
-            out[k] = float(v)
-    return out
+from serve_load import ROOT, Proc, free_port, metrics, words  # noqa: E402
 
 
 def vm_hwm(pid):

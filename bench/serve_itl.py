@@ -18,14 +18,13 @@ import concurrent.futures as cf
 import http.client
 import json
 import pathlib
-import random
 import statistics
 import sys
 import threading
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from serve_load import ROOT, WORDS, Proc, free_port, pct  # noqa: E402
+from serve_load import ROOT, Proc, free_port, pct, words  # noqa: E402
 
 
 def stream(port, prompt, max_tokens, times, started):
@@ -49,11 +48,6 @@ def stream(port, prompt, max_tokens, times, started):
             times.append(time.perf_counter())
             if len(times) == 8 and started is not None:
                 started.release()
-
-
-def words(n, seed):
-    rng = random.Random(seed)
-    return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
 def one_round(a, factor, seed):

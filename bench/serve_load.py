@@ -77,6 +77,24 @@ class Proc:
                 os.killpg(self.p.pid, signal.SIGKILL)
 
 
+def words(n, seed):
+    """n seeded random common words."""
+    rng = random.Random(seed)
+    return " ".join(rng.choice(WORDS) for _ in range(n))
+
+
+def metrics(port):
+    """A server's /metrics as {name: value}."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/metrics")
+    out = {}
+    for line in c.getresponse().read().decode().splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
+
+
 def workload(n, seed):
     rng = random.Random(seed)
     out = []

@@ -6,7 +6,8 @@
 #if HWY_TARGET == HWY_AVX3_DL
 
 constexpr int kTileRows = 4, kTileTokens = 4;
-// From this many tokens on, the tiles; below, the per-token kernels (no unpacked copy).
+// From this many tokens on, the tiles; below, the per-token kernels (no unpacked copy), except
+// 8-bit codes, whose tiles keep the per-token bits and take batches from two tokens on.
 constexpr int64_t kGemmMinTokens = 16;
 
 // Row r's codes as bytes (cols / 64 steps of Unpack64; E2M1 codes looked up).

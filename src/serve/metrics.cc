@@ -64,8 +64,9 @@ std::string Metrics::prometheus() const {
   one("tq_steps_total", "counter", "Batched forward passes.", steps.load());
   one("tq_step_tokens_total", "counter", "Tokens those passes carried.", step_rows.load());
   one("tq_prefill_allowance_tokens", "gauge",
-      "Prompt tokens the last step could carry beside its decode rows (--max-itl-factor).",
-      prefill_capped.load());
+      "Prompt tokens the last step with a prompt chunk could carry beside its decode rows "
+      "(--max-itl-factor).",
+      prefill_allowance.load());
   one("tq_spec_checks_total", "counter", "Decode rows that checked speculative proposals.",
       spec_checks.load());
   one("tq_spec_proposed_total", "counter", "Speculative proposals checked.", spec_proposed.load());

@@ -38,12 +38,12 @@ struct Metrics {
   std::atomic<int64_t> kv_block_bytes{0};
   std::atomic<int64_t> prompt_tokens{0};
   std::atomic<int64_t> generation_tokens{0};
-  std::atomic<int64_t> steps{0};           // batched forward passes
-  std::atomic<int64_t> step_rows{0};       // tokens they carried
-  std::atomic<int64_t> prefill_capped{0};  // prompt tokens a step may carry beside decode rows
-  std::atomic<int64_t> spec_checks{0};     // decode rows that checked proposals
-  std::atomic<int64_t> spec_proposed{0};   // proposals checked
-  std::atomic<int64_t> spec_accepted{0};   // of them, taken
+  std::atomic<int64_t> steps{0};              // batched forward passes
+  std::atomic<int64_t> step_rows{0};          // tokens they carried
+  std::atomic<int64_t> prefill_allowance{0};  // prompt tokens a step may carry beside decode rows
+  std::atomic<int64_t> spec_checks{0};        // decode rows that checked proposals
+  std::atomic<int64_t> spec_proposed{0};      // proposals checked
+  std::atomic<int64_t> spec_accepted{0};      // of them, taken
   static constexpr std::array<std::string_view, 4> kFinish = {"stop", "length", "cancelled",
                                                               "error"};
   std::array<std::atomic<int64_t>, 4> finished{};  // per kFinish

@@ -329,7 +329,7 @@ void Scheduler::record_step(int64_t decode_rows, int64_t prefill_tokens, double 
   if (decode_rows > 0 && prefill_tokens < 32)
     fold(prefill_fixed_s_,
          std::max(0.0, rest - prefill_token_s_ * static_cast<double>(prefill_tokens)));
-  m_.prefill_capped = std::min(prefill_allowance(decode_rows), o_.step_tokens);
+  m_.prefill_allowance = std::min(prefill_allowance(decode_rows), o_.step_tokens);
 }
 
 int64_t Scheduler::cache_room() const {
