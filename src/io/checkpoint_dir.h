@@ -42,6 +42,11 @@ Result<CheckpointDir> open_checkpoint_dir(const std::string& dir);
 class DirTensorSource : public TensorSource {
  public:
   static Result<std::unique_ptr<DirTensorSource>> open(const std::string& dir);
+  // The files `stem`.safetensors or `stem`-0000k-of-0000n.safetensors of `dir`, which its index
+  // does not list (qwen3_5's MTP companion, "mtp"), quantized as dir's config.json says; an
+  // error when there are none.
+  static Result<std::unique_ptr<DirTensorSource>> open_companion(const std::string& dir,
+                                                                 std::string_view stem);
 
   const std::string& path() const override { return ckpt_.dir; }
   const std::vector<TensorInfo>& tensors() const override { return infos_; }

@@ -1,4 +1,5 @@
 // DirTensorSource: folds MLX "P.scales"/"P.biases" into "P.weight" and decodes to f32.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -24,6 +25,31 @@ Result<std::unique_ptr<DirTensorSource>> DirTensorSource::open(const std::string
   auto src = std::unique_ptr<DirTensorSource>(new DirTensorSource());
   TQ_TRY(src->ckpt_, open_checkpoint_dir(dir));
   for (const auto& f : src->ckpt_.shard_files) {
+    TQ_TRY(SafetensorsFile sf, SafetensorsFile::open((fs::path(dir) / f).string()));
+    src->files_.push_back(std::move(sf));
+  }
+  TQ_CHECK_OK(src->build());
+  return src;
+}
+
+Result<std::unique_ptr<DirTensorSource>> DirTensorSource::open_companion(const std::string& dir,
+                                                                         std::string_view stem) {
+  auto src = std::unique_ptr<DirTensorSource>(new DirTensorSource());
+  TQ_TRY(src->ckpt_, open_checkpoint_dir(dir));
+  CheckpointDir& c = src->ckpt_;
+  c.has_index = false, c.weight_map.clear(), c.shard_files.clear(), c.tokenizer_files.clear();
+  const std::string one = std::string(stem) + ".safetensors", many = std::string(stem) + "-";
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string n = it->path().filename().string();
+    if (n == one || (n.starts_with(many) && n.find("-of-") != std::string::npos &&
+                     ends_with(n, ".safetensors")))
+      c.shard_files.push_back(n);
+  }
+  if (ec) return err("{}: cannot list directory: {}", dir, ec.message());
+  if (c.shard_files.empty()) return err("{}: no {} file", dir, one);
+  std::sort(c.shard_files.begin(), c.shard_files.end());
+  for (const auto& f : c.shard_files) {
     TQ_TRY(SafetensorsFile sf, SafetensorsFile::open((fs::path(dir) / f).string()));
     src->files_.push_back(std::move(sf));
   }

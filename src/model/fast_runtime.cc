@@ -29,6 +29,7 @@
 #include "kernels/vec_ops.h"
 #include "model/kv_blocks.h"
 #include "model/layer.h"
+#include "model/mtp.h"
 #include "model/read_ahead.h"
 #include "model/rope.h"
 #include "model/tensor_table.h"
@@ -90,6 +91,7 @@ struct FastIo {
   // qwen3_5 (as F32Io): q_proj's [query | gate] rows and the gate; the DeltaNet in_proj outputs.
   float *qg = nullptr, *att_gate = nullptr;
   float *lin_qkv = nullptr, *lin_z = nullptr, *lin_b = nullptr, *lin_a = nullptr;
+  bool mtp = false;  // the MTP head's layer (l = num_hidden_layers): nothing to read ahead
 };
 
 }  // namespace
@@ -102,6 +104,12 @@ class FastRuntime final : public Runtime {
   std::string name() const override;
   uint64_t bytes_per_token() const override;
   int threads() const override { return pool->size(); }
+  bool has_mtp() const override { return mtp_src != nullptr; }
+  KvCache new_mtp_cache(int64_t capacity) const override;
+  bool fits_mtp(const KvCache& cache) const override;
+  Status mtp_forward(std::span<const float> hidden, std::span<const int32_t> next_tokens,
+                     KvCache& cache, std::span<float> logits) const override;
+  Status load_mtp(const ModelSource& src);
 
   ModelConfig cfg;
   RuntimeOptions opts;
@@ -110,6 +118,10 @@ class FastRuntime final : public Runtime {
   std::deque<std::vector<float>> owned;   // f32 matrices that could not be used in place
   std::deque<MlxQuantBytes> owned_quant;  // GGUF blocks re-encoded as MLX quantizations
   ModelTensors<PackedMatrix> t;
+  // qwen3_5's MTP head (RuntimeOptions::mtp): its mapped files and tensors; its layer runs
+  // as layer num_hidden_layers, slot 0 of its own cache.
+  std::unique_ptr<TensorSource> mtp_src;
+  MtpTensors<PackedMatrix> mtp;
   // Decode's products in order (per layer: q/k/v, o, gate/up, down; then the head) and what
   // reads their rows ahead while pool threads wait. Declared before the pool: its threads
   // call read_ahead until the pool is destroyed.
@@ -126,6 +138,7 @@ class FastRuntime final : public Runtime {
   mutable std::vector<float> x, h, q, att, gate, up, cos, sin, knew, vnew, kf, vf, logits_all;
   mutable std::vector<float> part_ml, part_acc;  // decode attention's partial softmaxes
   mutable std::vector<float> qg, att_gate, lin_qkv, lin_z, lin_b, lin_a;  // qwen3_5
+  mutable std::vector<float> mtp_in;  // the MTP fc's input [n, 2d]
   // A layer's index among the layers of its kind (qwen3_5: the cache holds keys and values
   // for full-attention layers only, states for DeltaNet layers); n_full / n_linear of each.
   std::vector<int64_t> slot;
@@ -135,6 +148,8 @@ class FastRuntime final : public Runtime {
   mutable ActTiles xt;
 
   Result<PackedMatrix> matrix(const TensorSource& ts, const TensorSpec& s);
+  // Points io at the scratch for n rows, of which out_rows get logits.
+  void bind(FastIo& io, int64_t n, int64_t out_rows) const;
   Status vec(const TensorSource& ts, const TensorSpec& s, std::vector<float>* out);
   // The stages of model/layer.h run_layer, and RMSNorm over the pool.
   void norm(const float* in, const std::vector<float>& w, int64_t rows, int64_t dim,
@@ -181,7 +196,7 @@ Result<PackedMatrix> FastRuntime::matrix(const TensorSource& ts, const TensorSpe
     return err("{}: tensor '{}' has shape {}, the config implies {}", ts.path(), s.name,
                shape_str(ti->shape), shape_str(s.shape));
   const int64_t rows = s.shape[0], cols = s.shape[1];
-  if (dir) {
+  if (const auto* dir = dynamic_cast<const DirTensorSource*>(&ts)) {
     size_t fw = 0, fs = 0, fb = 0;
     const SafetensorsEntry* we = dir->stored(s.name, &fw);
     const auto& files = dir->files();
@@ -485,6 +500,7 @@ Result<std::unique_ptr<Runtime>> load_fast_runtime(const ModelSource& src,
   };
   TQ_CHECK_OK(load_model_tensors(m.cfg, m.t, Get{m, ts}, progress));
   if (m.t.tied) m.t.lm_head = m.t.embed;
+  if (opts.mtp) TQ_CHECK_OK(m.load_mtp(src));
   const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
   const bool dram = fm->bytes_per_token() >= static_cast<uint64_t>(llc > 0 ? llc : 32 << 20);
   m.slices_per_thread = dram ? 1 : 4;
@@ -578,7 +594,8 @@ void FastRuntime::norm(const float* in, const std::vector<float>& w, int64_t row
 
 // Decoding, threads that wait read ahead the rows of the product after the one started.
 void FastRuntime::ahead(const FastIo& io, size_t product) const {
-  if (read_ahead) read_ahead->next(io.n == 1 ? &products[product % products.size()] : nullptr);
+  if (read_ahead)
+    read_ahead->next(io.n == 1 && !io.mtp ? &products[product % products.size()] : nullptr);
 }
 
 void FastRuntime::attn_norm(const FastLayer& L, FastIo& io) const {
@@ -718,12 +735,34 @@ void FastRuntime::mlp_out(const FastLayer& L, FastIo& io) const {
   add_into(io.x, io.h, io.n * d);
 }
 
-Status FastRuntime::forward(std::span<const SeqStep> seqs) const {
-  std::lock_guard<std::mutex> lock(mu);
+void FastRuntime::bind(FastIo& io, int64_t n, int64_t out_rows) const {
   const ModelConfig& c = cfg;
   const int64_t d = c.hidden_size, half = c.rotary_dims() / 2;
   const int64_t qd = c.num_attention_heads * c.head_dim, kvd = c.num_key_value_heads * c.head_dim;
-  const int64_t inter = c.intermediate_size, vocab = c.vocab_size;
+  const int64_t inter = c.intermediate_size;
+  auto grow = [](std::vector<float>& v, int64_t size) {
+    if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
+    return v.data();
+  };
+  io.x = grow(x, n * d), io.h = grow(h, std::max(n, out_rows) * d);
+  io.q = grow(q, n * qd), io.att = grow(att, n * std::max(qd, c.linear_value_dim()));
+  if (c.family == Family::kQwen35) {
+    io.qg = grow(qg, 2 * n * qd), io.att_gate = grow(att_gate, n * qd);
+    io.lin_qkv = grow(lin_qkv, n * c.linear_conv_dim());
+    io.lin_z = grow(lin_z, n * c.linear_value_dim());
+    io.lin_b = grow(lin_b, n * c.linear_num_value_heads);
+    io.lin_a = grow(lin_a, n * c.linear_num_value_heads);
+  }
+  // gate also holds the rows that get logits once the layers are done (forward).
+  io.gate = grow(gate, std::max(n * inter, out_rows * d)), io.up = grow(up, n * inter);
+  io.k = grow(knew, n * kvd), io.v = grow(vnew, n * kvd);
+  io.cos = grow(cos, n * half), io.sin = grow(sin, n * half);
+}
+
+Status FastRuntime::forward(std::span<const SeqStep> seqs) const {
+  std::lock_guard<std::mutex> lock(mu);
+  const ModelConfig& c = cfg;
+  const int64_t d = c.hidden_size, half = c.rotary_dims() / 2, vocab = c.vocab_size;
   FastIo io;
   io.seqs = seqs;
   // Rows: those on the per-token kernels first (io.split of them), then the others, each in
@@ -745,23 +784,8 @@ Status FastRuntime::forward(std::span<const SeqStep> seqs) const {
   for (size_t s = 0; s < seqs.size(); ++s) out_rows += head_rows(s);
   const int64_t n = io.n;
 
-  auto grow = [](std::vector<float>& v, int64_t size) {
-    if (static_cast<int64_t>(v.size()) < size) v.resize(static_cast<size_t>(size));
-    return v.data();
-  };
-  io.x = grow(x, n * d), io.h = grow(h, std::max(n, out_rows) * d);
-  io.q = grow(q, n * qd), io.att = grow(att, n * std::max(qd, c.linear_value_dim()));
-  if (c.family == Family::kQwen35) {
-    io.qg = grow(qg, 2 * n * qd), io.att_gate = grow(att_gate, n * qd);
-    io.lin_qkv = grow(lin_qkv, n * c.linear_conv_dim());
-    io.lin_z = grow(lin_z, n * c.linear_value_dim());
-    io.lin_b = grow(lin_b, n * c.linear_num_value_heads);
-    io.lin_a = grow(lin_a, n * c.linear_num_value_heads);
-  }
-  io.gate = grow(gate, n * inter), io.up = grow(up, n * inter);
-  io.k = grow(knew, n * kvd), io.v = grow(vnew, n * kvd);
-  float* cs = grow(cos, n * half);
-  float* sn = grow(sin, n * half);
+  bind(io, n, out_rows);
+  float *cs = cos.data(), *sn = sin.data();
   for (size_t s = 0; s < seqs.size(); ++s) {
     const int64_t r0 = io.first[s], ns = static_cast<int64_t>(seqs[s].tokens.size());
     rope_table(inv_freq, seqs[s].cache->n, ns, cs + r0 * half, sn + r0 * half);
@@ -786,21 +810,92 @@ Status FastRuntime::forward(std::span<const SeqStep> seqs) const {
     }
   float* xs = io.x;
   if (out_rows != n || seqs.size() > 1) {
-    xs = grow(gate, out_rows * d);  // free once the layers are done
+    xs = gate.data();  // free once the layers are done (bind: room for out_rows * d)
     for (size_t s = 0; s < seqs.size(); ++s)
       std::copy_n(io.x + (io.first[s] + ntok(s) - head_rows(s)) * d, head_rows(s) * d,
                   xs + at[s] * d);
   }
+  for (size_t s = 0; s < seqs.size(); ++s)
+    if (!seqs[s].hidden.empty())
+      std::copy_n(xs + at[s] * d, head_rows(s) * d, seqs[s].hidden.data());
   norm(xs, t.norm_final, out_rows, d, io.h);
   ahead(io, 0);  // the next token's first product
   if (seqs.size() == 1) {
     run({{&t.lm_head, seqs[0].logits.data(), vocab, nullptr}}, io.h, out_rows, head_split);
     return ok_status();
   }
-  float* lg = grow(logits_all, out_rows * vocab);
+  if (static_cast<int64_t>(logits_all.size()) < out_rows * vocab)
+    logits_all.resize(static_cast<size_t>(out_rows * vocab));
+  float* lg = logits_all.data();
   run({{&t.lm_head, lg, vocab, nullptr}}, io.h, out_rows, head_split);
   for (size_t s = 0; s < seqs.size(); ++s)
     std::copy_n(lg + at[s] * vocab, head_rows(s) * vocab, seqs[s].logits.data());
+  return ok_status();
+}
+
+Status FastRuntime::load_mtp(const ModelSource& src) {
+  ModelConfig mc;
+  TQ_TRY(mtp_src, open_mtp_source(src, &mc));
+  struct Get {
+    FastRuntime& m;
+    const TensorSource& ts;
+    Status operator()(const TensorSpec& s, PackedMatrix& dst) const {
+      TQ_TRY(dst, m.matrix(ts, s));
+      return ok_status();
+    }
+    Status operator()(const TensorSpec& s, std::vector<float>& dst) const {
+      return m.vec(ts, s, &dst);
+    }
+  };
+  TQ_CHECK_OK(load_mtp_tensors(mc, mtp, Get{*this, *mtp_src}));
+  slot.push_back(0);  // the MTP layer's keys and values: the only layer of its cache
+  return ok_status();
+}
+
+KvCache FastRuntime::new_mtp_cache(int64_t capacity) const {
+  KvCache kv;
+  kv.capacity = std::max<int64_t>(capacity, 0);
+  const auto [ks, vs] = kv_sizes(cfg, 1, kv.capacity);
+  if (opts.kv_cache == KvType::kF16) {
+    kv.layout = KvLayout::kFastF16;
+    kv.k16.assign(ks, 0), kv.v16.assign(vs, 0);
+  } else {
+    kv.layout = KvLayout::kFastF32;
+    kv.k.assign(ks, 0.0f), kv.v.assign(vs, 0.0f);
+  }
+  return kv;
+}
+
+bool FastRuntime::fits_mtp(const KvCache& kv) const {
+  if (kv.capacity < 0 || !kv.conv.empty() || !kv.ssm.empty()) return false;
+  const auto [ks, vs] = kv_sizes(cfg, 1, kv.capacity);
+  if (opts.kv_cache == KvType::kF16)
+    return kv.layout == KvLayout::kFastF16 && kv.k16.size() == ks && kv.v16.size() == vs;
+  return kv.layout == KvLayout::kFastF32 && kv.k.size() == ks && kv.v.size() == vs;
+}
+
+// fc over [normed embedding | normed hidden], the one layer step, mtp.norm, the trunk's head.
+Status FastRuntime::mtp_forward(std::span<const float> hidden, std::span<const int32_t> next_tokens,
+                                KvCache& cache, std::span<float> logits) const {
+  std::lock_guard<std::mutex> lock(mu);
+  const int64_t n = static_cast<int64_t>(next_tokens.size()), d = cfg.hidden_size;
+  const SeqStep one{next_tokens, &cache, logits, true};
+  FastIo io;
+  io.seqs = {&one, 1};
+  io.first = {0};
+  io.n = n, io.l = cfg.num_hidden_layers, io.mtp = true;
+  bind(io, n, n);
+  if (static_cast<int64_t>(mtp_in.size()) < 2 * n * d)
+    mtp_in.resize(static_cast<size_t>(2 * n * d));
+  for (int64_t i = 0; i < n; ++i) packed_decode_row(t.embed, next_tokens[i], io.h + i * d);
+  mtp_fc_input(io.h, hidden.data(), mtp.norm_emb, mtp.norm_hidden, n, d,
+               static_cast<float>(cfg.rms_norm_eps), mtp_in.data());
+  run({{&mtp.fc, io.x, d, nullptr}}, mtp_in.data(), n);
+  rope_table(inv_freq, cache.n, n, cos.data(), sin.data());
+  run_layer(*this, mtp.layer, io);
+  cache.n += n;
+  norm(io.x, mtp.norm_final, n, d, io.h);
+  run({{&t.lm_head, logits.data(), cfg.vocab_size, nullptr}}, io.h, n);
   return ok_status();
 }
 

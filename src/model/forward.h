@@ -61,6 +61,9 @@ struct SeqStep {
   // at a time), so each row's logits have the bits of feeding the tokens one call at a time
   // (speculative verification); the weights are still read once for all of them.
   bool per_token = false;
+  // When not empty: the hidden states of the rows that get logits, before the final norm
+  // ([rows, hidden]: what the qwen3_5 MTP head reads, Transformer::mtp_forward).
+  std::span<float> hidden;
 };
 
 struct RuntimeOptions {
@@ -77,6 +80,9 @@ struct RuntimeOptions {
   // (a server's promise): one-token sequences take the per-token kernels and longer ones the
   // batch kernels whatever the batch holds; never OpenBLAS or AMX.
   bool batch_invariant = false;
+  // qwen3_5: load the multi-token-prediction head too (Transformer::mtp_forward); an error when
+  // the model has none (docs/QWEN35.md "The MTP companion").
+  bool mtp = false;
 };
 
 class Transformer {
@@ -108,6 +114,16 @@ class Transformer {
   // fast runtime their products run as one batch (each weight read once for all of them) and
   // attention runs per sequence over its own cache.
   Status forward_batch(std::span<const SeqStep> seqs) const;
+
+  // qwen3_5's MTP head, when loaded with RuntimeOptions::mtp (model/mtp.h): draft logits
+  // [n, vocab] for the tokens after `next_tokens`, from the trunk's hidden states [n, hidden]
+  // (SeqStep::hidden) at positions cache.n .. cache.n + n - 1, next_tokens[i] being the token
+  // at position cache.n + i + 1. Its one attention layer keeps its own cache (new_mtp_cache),
+  // filled in step with the trunk's: the row of position t needs those of 0 .. t - 1.
+  bool has_mtp() const;
+  KvCache new_mtp_cache(int64_t capacity) const;
+  Status mtp_forward(std::span<const float> hidden, std::span<const int32_t> next_tokens,
+                     KvCache& cache, std::span<float> logits) const;
 
  private:
   Transformer();

@@ -25,6 +25,13 @@ class Runtime {
   virtual std::string name() const = 0;
   virtual uint64_t bytes_per_token() const = 0;
   virtual int threads() const = 0;
+  // qwen3_5's MTP head (RuntimeOptions::mtp): whether it is loaded, a cache for its one
+  // attention layer and whether `cache` is one, and Transformer::mtp_forward, checked.
+  virtual bool has_mtp() const = 0;
+  virtual KvCache new_mtp_cache(int64_t capacity) const = 0;
+  virtual bool fits_mtp(const KvCache& cache) const = 0;
+  virtual Status mtp_forward(std::span<const float> hidden, std::span<const int32_t> next_tokens,
+                             KvCache& cache, std::span<float> logits) const = 0;
 };
 
 using LoadProgress = std::function<void(int64_t, int64_t)>;
@@ -36,6 +43,7 @@ Result<int64_t> delta_chunk_from_env();
 
 // `src.config` has passed check_geometry; `inv_freq` are its RoPE frequencies.
 Result<std::unique_ptr<Runtime>> load_reference_runtime(const ModelSource& src,
+                                                        const RuntimeOptions& opts,
                                                         LoadProgress progress);
 // The fast one maps the checkpoint's files itself, so `src` may be released after this returns.
 Result<std::unique_ptr<Runtime>> load_fast_runtime(const ModelSource& src,

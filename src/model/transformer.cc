@@ -31,7 +31,7 @@ Result<std::unique_ptr<Transformer>> Transformer::load(
   std::unique_ptr<Transformer> t(new Transformer());
   t->impl_->cfg = src.config;
   if (opts.reference) {
-    TQ_TRY(t->impl_->rt, load_reference_runtime(src, std::move(progress)));
+    TQ_TRY(t->impl_->rt, load_reference_runtime(src, opts, std::move(progress)));
   } else {
     TQ_TRY(t->impl_->rt, load_fast_runtime(src, opts, std::move(inv).value(), std::move(progress)));
   }
@@ -68,16 +68,54 @@ Status Transformer::forward_batch(std::span<const SeqStep> seqs) const {
     if (p0 < 0 || n > cap - p0)
       return err("forward: {}{} cached + {} new positions exceed the KV cache capacity {}", who, p0,
                  n, cap);
-    const int64_t out_rows = q.all_logits ? n : 1;
+    const int64_t out_rows = q.all_logits ? n : 1, d = impl_->cfg.hidden_size;
     if (static_cast<int64_t>(q.logits.size()) < out_rows * vocab)
       return err("forward: {}logits buffer holds {} floats, {} rows x vocab {} needed", who,
                  q.logits.size(), out_rows, vocab);
+    if (!q.hidden.empty() && static_cast<int64_t>(q.hidden.size()) < out_rows * d)
+      return err("forward: {}hidden buffer holds {} floats, {} rows x hidden {} needed", who,
+                 q.hidden.size(), out_rows, d);
     for (int64_t i = 0; i < n; ++i)
       if (q.tokens[i] < 0 || q.tokens[i] >= vocab)
         return err("forward: {}token id {} at index {} outside the vocabulary [0, {})", who,
                    q.tokens[i], i, vocab);
   }
   return impl_->rt->forward(seqs);
+}
+
+}  // namespace tq
+
+namespace tq {
+
+bool Transformer::has_mtp() const { return impl_->rt->has_mtp(); }
+
+KvCache Transformer::new_mtp_cache(int64_t capacity) const {
+  return impl_->rt->new_mtp_cache(capacity);
+}
+
+Status Transformer::mtp_forward(std::span<const float> hidden, std::span<const int32_t> next_tokens,
+                                KvCache& cache, std::span<float> logits) const {
+  const ModelConfig& c = impl_->cfg;
+  const int64_t n = static_cast<int64_t>(next_tokens.size());
+  if (!impl_->rt->has_mtp())
+    return err("mtp_forward: no MTP head loaded (RuntimeOptions::mtp, qwen3_5 only)");
+  if (n == 0) return err("mtp_forward: no tokens");
+  if (cache.capacity < 0 || !impl_->rt->fits_mtp(cache))
+    return err("mtp_forward: cache does not fit this MTP head (make it with new_mtp_cache)");
+  if (cache.n < 0 || n > cache.capacity - cache.n)
+    return err("mtp_forward: {} cached + {} new positions exceed the cache capacity {}", cache.n, n,
+               cache.capacity);
+  if (static_cast<int64_t>(hidden.size()) < n * c.hidden_size)
+    return err("mtp_forward: hidden holds {} floats, {} rows x hidden {} needed", hidden.size(), n,
+               c.hidden_size);
+  if (static_cast<int64_t>(logits.size()) < n * c.vocab_size)
+    return err("mtp_forward: logits buffer holds {} floats, {} rows x vocab {} needed",
+               logits.size(), n, c.vocab_size);
+  for (int64_t i = 0; i < n; ++i)
+    if (next_tokens[i] < 0 || next_tokens[i] >= c.vocab_size)
+      return err("mtp_forward: token id {} at index {} outside the vocabulary [0, {})",
+                 next_tokens[i], i, c.vocab_size);
+  return impl_->rt->mtp_forward(hidden, next_tokens, cache, logits);
 }
 
 }  // namespace tq
