@@ -1,7 +1,8 @@
-// Batched products (prefill) of packed_matmul_q8 on AVX3_DL: each strip of rows is unpacked once
-// to byte codes in natural order (any affine width, mxfp4/nvfp4 through kFp4u) and its scales
-// and biases to f32, then tiles of 4 rows × 4 tokens keep 16 accumulators in registers, so a
-// row's codes and a token's activations are each loaded once per tile, not once per pair.
+// Batched products of 8-bit codes on AVX3_DL: the codes are bytes where they lie, and tiles of
+// 4 rows × 4 tokens keep 16 accumulators in registers, so a row's codes and a token's
+// activations are each loaded once per tile, not once per pair. They meet x in the per-token
+// kernel's order with its per-lane sums, so each token gets the bits it gets alone. Narrower
+// codes take the lanes kernel (packed_gemm_lanes-inl.h).
 // Textually included by packed_matmul_q8.cc after packed_codes_q8-inl.h (no include guard).
 #if HWY_TARGET == HWY_AVX3_DL
 
@@ -9,18 +10,6 @@ constexpr int kTileRows = 4, kTileTokens = 4;
 // From this many tokens on, the tiles; below, the per-token kernels (no unpacked copy), except
 // 8-bit codes, whose tiles keep the per-token bits and take batches from two tokens on.
 constexpr int64_t kGemmMinTokens = 16;
-
-// Row r's codes as bytes (cols / 64 steps of Unpack64; E2M1 codes looked up).
-inline void UnpackRowBytes(const PackedMatrix& w, const Unpack64Tables& tab, int64_t r, bool fp4,
-                           uint8_t* out) {
-  const uint8_t* row = w.data + r * w.row_bytes();
-  const int64_t steps = w.cols / 64, step_bytes = 8 * w.bits;
-  for (int64_t h = 0; h < steps; ++h) {
-    __m512i v = Unpack64(tab, row + step_bytes * h);
-    if (fp4) v = LutFp4(v);
-    _mm512_storeu_si512(out + 64 * h, v);
-  }
-}
 
 // 4 rows (codes[i], f32 scales sc[i]) × 4 tokens (planes q[t], r[t], block scales dv8[t]):
 // out[t * 4 + i] = Σ over the row of s·d·(256·Σcode·q + Σcode·r). kG: 16 or 32 for groups that
@@ -67,36 +56,21 @@ HWY_INLINE void GemmTile(int64_t steps, int gshift, const uint8_t* const* codes,
     for (int i = 0; i < kTileRows; ++i) out[t * kTileRows + i] = _mm512_reduce_add_ps(acc[i][t]);
 }
 
-// Rows [r0, r1) for every token of xq (gsum: Σx per group per token, G per token).
+// Rows [r0, r1) of 8-bit codes for every token of xq (gsum: Σx per group per token, G per token).
 inline void GemmQ8(const PackedMatrix& w, const ActQ8& xq, const float* gsum, float* y, int64_t ldy,
                    int64_t r0, int64_t r1) {
   constexpr int64_t kStrip = 8;
   const int64_t cols = w.cols, G = w.groups(), steps = cols / 64, n = xq.n;
-  const bool affine = w.format == WeightFormat::kAffine, fp4 = !affine;
-  const bool bytes = affine && w.bits == 8;  // codes used where they lie
   const int gshift = w.group >= 64 ? Log2(w.group / 64) : 0;
-  const Unpack64Tables tab = MakeUnpack64(bytes ? 8 : w.bits);
-  thread_local std::vector<uint8_t> cbuf;
   thread_local std::vector<float> sc, sb;
-  cbuf.resize(static_cast<size_t>(kStrip * cols));
   sc.resize(static_cast<size_t>(kStrip * G + kPad));
   sb.resize(static_cast<size_t>(kStrip * G + kPad));
   float out[kTileRows * kTileTokens];
   for (int64_t s0 = r0; s0 < r1; s0 += kStrip) {
     const int64_t m = std::min(kStrip, r1 - s0);
     const uint8_t* codes[kStrip];
-    for (int64_t i = 0; i < m; ++i) {
-      if (bytes) {
-        codes[i] = w.data + (s0 + i) * cols;
-      } else {
-        UnpackRowBytes(w, tab, s0 + i, fp4, cbuf.data() + i * cols);
-        codes[i] = cbuf.data() + i * cols;
-      }
-    }
-    if (fp4)
-      StripScalesFp4(w, s0, m, sc.data(), sb.data());
-    else
-      StripScales(w, s0, m, sc.data(), sb.data());
+    for (int64_t i = 0; i < m; ++i) codes[i] = w.data + (s0 + i) * cols;
+    StripScales(w, s0, m, sc.data(), sb.data());
     for (int64_t i0 = 0; i0 < m; i0 += kTileRows) {
       // A tile's missing rows repeat its last one (computed, not stored).
       const uint8_t* tc[kTileRows];

@@ -62,6 +62,10 @@ struct ActQ8 {
   std::vector<float> sum;
 };
 void quantize_act_q8(const float* x, int64_t n, int64_t cols, ActQ8* out);
+// The same in two steps, so that token ranges can be quantized on several threads: sizes for
+// n tokens, then tokens [t0, t1) of x[n, cols].
+void act_q8_init(int64_t n, int64_t cols, ActQ8* out);
+void quantize_act_q8_tokens(const float* x, int64_t t0, int64_t t1, ActQ8* out);
 // One block of `len` values: its two planes, d and the sum of the block as quantized (ActQ8's
 // rule; ActQ8 uses len 32, the AMX tiles 64).
 void quantize_block_q8(const float* x, int len, int8_t* q, int8_t* r, float* d, float* sum);

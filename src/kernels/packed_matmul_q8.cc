@@ -478,6 +478,7 @@ inline void StripScalesFp4(const PackedMatrix& w, int64_t r, int64_t n, float* s
   }
 }
 
+#include "kernels/packed_gemm_lanes-inl.h"
 #include "kernels/packed_gemm_q8-inl.h"
 #endif
 
@@ -507,14 +508,17 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
       gsum[t * G + g] = s;
     }
 #if HWY_TARGET == HWY_AVX3_DL
-  // A batch of tokens: strips unpacked once, then register tiles (packed_gemm_q8-inl.h).
-  // 8-bit codes meet x in the same order and the same per-lane sums in both kernels, so the
-  // tiles give each token the per-token kernel's bits and take batches from two tokens on.
+  // A batch of tokens: 8-bit codes on register tiles (packed_gemm_q8-inl.h), which give each
+  // token the per-token kernel's bits and so take batches from two tokens on; narrower codes on
+  // strips unpacked once with rows in the lanes (packed_gemm_lanes-inl.h).
   const bool same_bits = affine && w.bits == 8;
   const bool tiles = kernel == BatchKernel::kTiles || (same_bits && xq.n >= 2) ||
                      (kernel == BatchKernel::kAuto && xq.n >= kGemmMinTokens);
   if (tiles && TilesSupportedImpl(w)) {
-    GemmQ8(w, xq, gsum.data(), y, ldy, r0, r1);
+    if (same_bits)
+      GemmQ8(w, xq, gsum.data(), y, ldy, r0, r1);
+    else
+      GemmLanes(w, xq, gsum.data(), y, ldy, r0, r1);
     return;
   }
   // Narrow codes run in 128-code chunks with x in their order (packed_codes_q8-inl.h).

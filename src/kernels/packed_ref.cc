@@ -40,6 +40,11 @@ void quantize_block_q8(const float* x, int len, int8_t* q, int8_t* r, float* d, 
 }
 
 void quantize_act_q8(const float* x, int64_t n, int64_t cols, ActQ8* out) {
+  act_q8_init(n, cols, out);
+  quantize_act_q8_tokens(x, 0, n, out);
+}
+
+void act_q8_init(int64_t n, int64_t cols, ActQ8* out) {
   const int64_t nb = cols / 32;
   out->n = n, out->cols = cols;
   for (auto* v : {&out->q, &out->r, &out->q4, &out->r4}) v->resize(static_cast<size_t>(n * cols));
@@ -47,7 +52,11 @@ void quantize_act_q8(const float* x, int64_t n, int64_t cols, ActQ8* out) {
   out->sum.resize(static_cast<size_t>(n * nb));
   out->dv.resize(static_cast<size_t>(n * (cols / 64) * 8));
   out->dv8.resize(static_cast<size_t>(n * (cols / 64) * 16));
-  for (int64_t t = 0; t < n; ++t) {
+}
+
+void quantize_act_q8_tokens(const float* x, int64_t t0, int64_t t1, ActQ8* out) {
+  const int64_t cols = out->cols, nb = cols / 32;
+  for (int64_t t = t0; t < t1; ++t) {
     const float* xt = x + t * cols;
     int8_t* q = out->q.data() + t * cols;
     int8_t* r = out->r.data() + t * cols;

@@ -314,7 +314,16 @@ void FastRuntime::run(std::initializer_list<MatJob> jobs, const float* xin, int6
   const BatchKernel first = BatchKernel::kPerToken;
   const BatchKernel second = inv ? BatchKernel::kTiles : BatchKernel::kAuto;
   if (q8 && s > 0) quantize_act_q8(xin, s, cols, &xq2);
-  if (q8 && rest > 0) quantize_act_q8(xin + s * cols, rest, cols, &xq);
+  if (q8 && rest > 0) {
+    // A prefill's tokens quantized over the pool: on one thread the others waited for it.
+    act_q8_init(rest, cols, &xq);
+    const float* xr = xin + s * cols;
+    if (rest >= 8)
+      pool->parallel_for(rest,
+                         [&](int64_t b, int64_t e) { quantize_act_q8_tokens(xr, b, e, &xq); });
+    else
+      quantize_act_q8_tokens(xr, 0, rest, &xq);
+  }
   // The int8 kernels read each slice's rows from several parts of it at once for every model,
   // not only those larger than the last-level cache: a shared LLC holds less than it says.
   split_rows(jobs, n, 8, slices_per_thread, [&](const MatJob& j, int64_t lo, int64_t hi) {

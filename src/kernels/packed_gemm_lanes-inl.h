@@ -1,0 +1,199 @@
+// Batched products (prefill) of narrow codes on AVX3_DL with rows in the lanes: each strip of
+// 32 rows is unpacked once into 4-code quads interleaved across 16 rows, so one vpdpbusd
+// multiplies 16 rows by one token's 4 activations (a broadcast) and the sums stay in integers
+// for a whole block of 32 columns. Against tiles of row × token pairs that convert and scale
+// every 64-code step per pair, this is a third of the instructions per product.
+// Textually included by packed_matmul_q8.cc after packed_gemm_q8-inl.h (no include guard).
+#if HWY_TARGET == HWY_AVX3_DL
+
+constexpr int kLaneRows = 32, kLaneTokens = 4;
+
+// o[j] = dword j of each r[l] in lane l: a 16×16 transpose of 4-byte elements.
+HWY_INLINE void Transpose16x16(const __m512i* r, __m512i* o) {
+  __m512i a[16], b[16];
+#pragma GCC unroll 8
+  for (int k = 0; k < 8; ++k) {
+    a[2 * k] = _mm512_unpacklo_epi32(r[2 * k], r[2 * k + 1]);
+    a[2 * k + 1] = _mm512_unpackhi_epi32(r[2 * k], r[2 * k + 1]);
+  }
+  // b[4m + c]: in 128-bit lane L, dword 4L + c of rows 4m..4m+3.
+#pragma GCC unroll 4
+  for (int m = 0; m < 4; ++m) {
+    b[4 * m] = _mm512_unpacklo_epi64(a[4 * m], a[4 * m + 2]);
+    b[4 * m + 1] = _mm512_unpackhi_epi64(a[4 * m], a[4 * m + 2]);
+    b[4 * m + 2] = _mm512_unpacklo_epi64(a[4 * m + 1], a[4 * m + 3]);
+    b[4 * m + 3] = _mm512_unpackhi_epi64(a[4 * m + 1], a[4 * m + 3]);
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < 4; ++c) {
+    const __m512i e0 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0x44);
+    const __m512i e1 = _mm512_shuffle_i32x4(b[c], b[4 + c], 0xEE);
+    const __m512i f0 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0x44);
+    const __m512i f1 = _mm512_shuffle_i32x4(b[8 + c], b[12 + c], 0xEE);
+    o[c] = _mm512_shuffle_i32x4(e0, f0, 0x88);
+    o[4 + c] = _mm512_shuffle_i32x4(e0, f0, 0xDD);
+    o[8 + c] = _mm512_shuffle_i32x4(e1, f1, 0x88);
+    o[12 + c] = _mm512_shuffle_i32x4(e1, f1, 0xDD);
+  }
+}
+
+// Rows [s0, s0 + m), columns [c0, c1) of w as quads: out[(j * 2 + v) * 64 + 4 * l + b] = code
+// of row s0 + 16v + l at column c0 + 4j + b (missing rows repeat the last one).
+inline void InterleaveStrip(const PackedMatrix& w, const Unpack64Tables& tab, bool fp4, int64_t s0,
+                            int64_t m, int64_t c0, int64_t c1, uint8_t* out) {
+  const int64_t step_bytes = 8 * w.bits, rb = w.row_bytes();
+  for (int v = 0; v < 2; ++v) {
+    const uint8_t* rows[16];
+    for (int l = 0; l < 16; ++l)
+      rows[l] = w.data + (s0 + std::min<int64_t>(16 * v + l, m - 1)) * rb;
+    for (int64_t h = 0; h < (c1 - c0) / 64; ++h) {
+      __m512i r[16], o[16];
+#pragma GCC unroll 16
+      for (int l = 0; l < 16; ++l) {
+        r[l] = Unpack64(tab, rows[l] + step_bytes * (c0 / 64 + h));
+        if (fp4) r[l] = LutFp4(r[l]);
+      }
+      Transpose16x16(r, o);
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j) _mm512_storeu_si512(out + ((16 * h + j) * 2 + v) * 64, o[j]);
+    }
+  }
+}
+
+// 32 rows × kT tokens over columns [c0, c1) (wq: those columns' quads), continuing the sums in
+// acc[t * 32 + row]. A block of 32 columns (one activation scale d per token) sums codes × q
+// and codes × r in integers, then adds (256·A + B)·s·d/256 in f32, s the rows' weight scale
+// for the block (per 16 columns at groups of 16): the same operations whatever the chunks.
+template <int kT, bool kG16>
+HWY_INLINE void LaneTile(int64_t c0, int64_t c1, int64_t group, const uint8_t* wq, const float* st,
+                         const int8_t* const* q, const int8_t* const* r, const float* const* dv,
+                         float* io) {
+  constexpr int kSub = kG16 ? 2 : 1, kQuads = 8 / kSub;  // flushes per block, quads per flush
+  __m512 acc[2][kT];
+#pragma GCC unroll 4
+  for (int t = 0; t < kT; ++t) {
+    acc[0][t] = _mm512_loadu_ps(io + t * kLaneRows);
+    acc[1][t] = _mm512_loadu_ps(io + t * kLaneRows + 16);
+  }
+  for (int64_t b = c0 / 32; b < c1 / 32; ++b) {
+#pragma GCC unroll 2
+    for (int sub = 0; sub < kSub; ++sub) {
+      __m512i A[2][kT], B[2][kT];
+#pragma GCC unroll 4
+      for (int t = 0; t < kT; ++t) A[0][t] = A[1][t] = B[0][t] = B[1][t] = _mm512_setzero_si512();
+      const int64_t k0 = b * 32 + sub * 16 * (kSub - 1);
+      const uint8_t* wp = wq + ((k0 - c0) / 4) * 128;
+#pragma GCC unroll 8
+      for (int j = 0; j < kQuads; ++j) {
+        const __m512i w0 = _mm512_loadu_si512(wp + j * 128);
+        const __m512i w1 = _mm512_loadu_si512(wp + j * 128 + 64);
+#pragma GCC unroll 4
+        for (int t = 0; t < kT; ++t) {
+          int32_t qq, rr;
+          std::memcpy(&qq, q[t] + k0 + 4 * j, 4);
+          std::memcpy(&rr, r[t] + k0 + 4 * j, 4);
+          const __m512i qb = _mm512_set1_epi32(qq), rb = _mm512_set1_epi32(rr);
+          A[0][t] = _mm512_dpbusd_epi32(A[0][t], w0, qb);
+          A[1][t] = _mm512_dpbusd_epi32(A[1][t], w1, qb);
+          B[0][t] = _mm512_dpbusd_epi32(B[0][t], w0, rb);
+          B[1][t] = _mm512_dpbusd_epi32(B[1][t], w1, rb);
+        }
+      }
+      const int64_t g = k0 / group;
+      const __m512 s0 = _mm512_loadu_ps(st + g * kLaneRows);
+      const __m512 s1 = _mm512_loadu_ps(st + g * kLaneRows + 16);
+#pragma GCC unroll 4
+      for (int t = 0; t < kT; ++t) {
+        const __m512 d = _mm512_set1_ps(dv[t][8 * b]);
+        const __m512i a0 = _mm512_add_epi32(_mm512_slli_epi32(A[0][t], 8), B[0][t]);
+        const __m512i a1 = _mm512_add_epi32(_mm512_slli_epi32(A[1][t], 8), B[1][t]);
+        acc[0][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a0), _mm512_mul_ps(s0, d), acc[0][t]);
+        acc[1][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a1), _mm512_mul_ps(s1, d), acc[1][t]);
+      }
+    }
+  }
+#pragma GCC unroll 4
+  for (int t = 0; t < kT; ++t) {
+    _mm512_storeu_ps(io + t * kLaneRows, acc[0][t]);
+    _mm512_storeu_ps(io + t * kLaneRows + 16, acc[1][t]);
+  }
+}
+
+// Rows [r0, r1) for every token of xq (gsum: Σx per group per token, G per token); narrow
+// affine codes, mxfp4 and nvfp4 (8-bit codes take GemmQ8, which keeps the per-token bits).
+// A strip's quads are made kChunk columns at a time, so they stay in L1 while the tokens pass.
+inline void GemmLanes(const PackedMatrix& w, const ActQ8& xq, const float* gsum, float* y,
+                      int64_t ldy, int64_t r0, int64_t r1) {
+  constexpr int64_t kChunk = 512;
+  const int64_t cols = w.cols, G = w.groups(), n = xq.n, nb = cols / 32;
+  const bool fp4 = w.format != WeightFormat::kAffine;
+  const Unpack64Tables tab = MakeUnpack64(w.bits);
+  thread_local std::vector<uint8_t> wq;
+  thread_local std::vector<float> sc, sb, st, bt, acc;
+  wq.resize(static_cast<size_t>(kLaneRows * std::min(cols, kChunk)));
+  sc.resize(static_cast<size_t>(kLaneRows * G + kPad));
+  sb.resize(static_cast<size_t>(kLaneRows * G + kPad));
+  st.resize(static_cast<size_t>(G * kLaneRows));
+  bt.resize(static_cast<size_t>(G * kLaneRows));
+  acc.resize(static_cast<size_t>((n + kLaneTokens) * kLaneRows));
+  for (int64_t s0 = r0; s0 < r1; s0 += kLaneRows) {
+    const int64_t m = std::min<int64_t>(kLaneRows, r1 - s0);
+    if (fp4)
+      StripScalesFp4(w, s0, m, sc.data(), sb.data());
+    else
+      StripScales(w, s0, m, sc.data(), sb.data());
+    for (int64_t g = 0; g < G; ++g)  // scales and biases as [group][row]
+      for (int64_t i = 0; i < kLaneRows; ++i) {
+        st[g * kLaneRows + i] = sc[std::min(i, m - 1) * G + g];
+        bt[g * kLaneRows + i] = sb[std::min(i, m - 1) * G + g];
+      }
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t c0 = 0; c0 < cols; c0 += kChunk) {
+      const int64_t c1 = std::min(cols, c0 + kChunk);
+      InterleaveStrip(w, tab, fp4, s0, m, c0, c1, wq.data());
+      for (int64_t t0 = 0; t0 < n; t0 += kLaneTokens) {
+        const int8_t *tq[kLaneTokens], *tr[kLaneTokens];
+        const float* td[kLaneTokens];
+        for (int t = 0; t < kLaneTokens; ++t) {
+          const int64_t tt = std::min<int64_t>(t0 + t, n - 1);
+          tq[t] = xq.q.data() + tt * cols, tr[t] = xq.r.data() + tt * cols;
+          td[t] = xq.dv8.data() + tt * nb * 8;  // d / 256 of block b at [8 b]
+        }
+        float* io = acc.data() + t0 * kLaneRows;
+        auto tile = [&]<int kT>() {
+          if (w.group == 16)
+            LaneTile<kT, true>(c0, c1, w.group, wq.data(), st.data(), tq, tr, td, io);
+          else
+            LaneTile<kT, false>(c0, c1, w.group, wq.data(), st.data(), tq, tr, td, io);
+        };
+        switch (std::min<int64_t>(kLaneTokens, n - t0)) {
+          case 1:
+            tile.template operator()<1>();
+            break;
+          case 2:
+            tile.template operator()<2>();
+            break;
+          case 3:
+            tile.template operator()<3>();
+            break;
+          default:
+            tile.template operator()<4>();
+            break;
+        }
+      }
+    }
+    // The bias terms Σ_g b·Σx, 16 rows at a time; rows past m are not stored.
+    for (int64_t t = 0; t < n; ++t)
+      for (int v = 0; v < 2 && 16 * v < m; ++v) {
+        __m512 a = _mm512_loadu_ps(acc.data() + t * kLaneRows + 16 * v);
+        for (int64_t g = 0; g < G; ++g)
+          a = _mm512_fmadd_ps(_mm512_loadu_ps(bt.data() + g * kLaneRows + 16 * v),
+                              _mm512_set1_ps(gsum[t * G + g]), a);
+        const int64_t left = std::min<int64_t>(16, m - 16 * v);
+        _mm512_mask_storeu_ps(y + t * ldy + s0 + 16 * v, static_cast<__mmask16>((1u << left) - 1),
+                              a);
+      }
+  }
+}
+
+#endif  // HWY_TARGET == HWY_AVX3_DL
