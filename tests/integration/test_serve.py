@@ -321,7 +321,12 @@ def test_metrics_add_up(server):
     before = server.metrics()
     r = client(server).completions.create(model=model_id(server), prompt="Hello", max_tokens=5,
                                           temperature=0)
+    # The response can reach the client a moment before the scheduler retires its sequence.
+    deadline = time.time() + 2.0
     after = server.metrics()
+    while after["tq_requests_running"] != 0 and time.time() < deadline:
+        time.sleep(0.02)
+        after = server.metrics()
     assert after["tq_prompt_tokens_total"] - before["tq_prompt_tokens_total"] == \
         r.usage.prompt_tokens
     assert after["tq_generation_tokens_total"] - before["tq_generation_tokens_total"] == \
