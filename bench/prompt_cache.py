@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """bench/prompt-cache: what `tq serve`'s prompt cache does to time to first token.
 
-turns:   a 10-turn chat with a ~1k-token system prompt (greedy, 32-token answers kept in the
-         conversation), TTFT per turn against tq serve without the cache, with it, and (with
-         --llama GGUF) llama.cpp's llama-server, which keeps a slot's KV between turns.
+turns:   a 10-turn chat with a ~1k-token system prompt (greedy, exactly 32-token answers kept
+         in the conversation), TTFT per turn against tq serve without the cache, with it, (with
+         --llama GGUF) llama.cpp's llama-server, which keeps a slot's KV between turns, and
+         (with --mlx DIR) mlx_lm.server with its in-memory LRU prompt cache; the servers run
+         side by side and each turn goes to every arm in turn.
 restart: a ~2k-token prompt cold, then again after POST /admin/cache/flush, SIGKILL and a
          restart on the same --prompt-cache-dir (the issue's target: at least 5x lower TTFT),
          its output compared token for token.
@@ -13,8 +15,10 @@ crash:   RUNS cycles, each SIGKILLing the server at a random moment during a flu
          blocks are written: every restart must succeed, find every block the last
          acknowledged flush listed, and answer every earlier prompt as it did cold.
 
-Usage: bench/prompt_cache.py MODEL [--llama GGUF] [--threads 2] [--what turns,restart,crash,memory]
-                             [--runs 50] [--json FILE]
+Usage: bench/prompt_cache.py MODEL [--llama GGUF] [--mlx MLX_DIR [--mlx-turns N]] [--arms A,B]
+                             [--tokenizer-from MLX_DIR] [--threads 2]
+                             [--what turns,restart,crash,memory] [--runs 50] [--json FILE]
+--tokenizer-from lends a tokenizer to a dir without one (the 1B synthetic: SmolLM2's, as its GGUF).
 Run it alone (flock /tmp/tq-bench.lock on a shared machine).
 """
 import argparse
@@ -30,7 +34,8 @@ import threading
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from serve_load import CACHE, ROOT, Proc, free_port, metrics  # noqa: E402
+from serve_load import (CACHE, ROOT, Proc, free_port, metrics, mlx_f32,  # noqa: E402
+                        mlx_server, with_tokenizer)
 
 import http.client  # noqa: E402
 
@@ -64,9 +69,10 @@ def post(port, path, body, stream=False):
         usage = ev.get("usage") or usage
         ch = ev.get("choices") or []
         piece = ch and (ch[0].get("text") or (ch[0].get("delta") or {}).get("content"))
+        # A token that decodes to no text still counts when its logprobs come (1B synthetic).
+        if ttft is None and (piece or (ch and (ch[0].get("logprobs") or {}).get("content"))):
+            ttft = time.perf_counter() - t0
         if piece:
-            if ttft is None:
-                ttft = time.perf_counter() - t0
             out.append(piece)
     return {"text": "".join(out), "usage": usage}, ttft
 
@@ -80,8 +86,11 @@ def tq_proc(a, name, *extra):
 
 def turns(a):
     system = text(760, 1)  # about 1k tokens
-    arms = {"tq (no cache)": lambda: tq_proc(a, "tq_nocache", "--no-prompt-cache"),
-            "tq (cache)": lambda: tq_proc(a, "tq_cache")}
+    # With a borrowed tokenizer (the 1B synthetic) most sampled ids lie past the tokenizer's
+    # vocabulary and decode to nothing: tq then streams a chunk per token only with logprobs.
+    lp = {"logprobs": True} if a.tokenizer_from else {}
+    arms = {"tq (no cache)": lambda: (tq_proc(a, "tq_nocache", "--no-prompt-cache"), lp),
+            "tq (cache)": lambda: (tq_proc(a, "tq_cache"), lp)}
     if a.llama:
         exe = sorted((CACHE / "llama.cpp-native").glob("*/bin/llama-server"))[-1]
 
@@ -89,28 +98,49 @@ def turns(a):
             port = free_port()
             return Proc("llama", [str(exe), "-m", a.llama, "--port", str(port), "-t",
                                   str(a.threads), "-tb", str(a.threads), "-np", "1", "-c", "4096",
-                                  "--no-webui"], port, "/health")
+                                  "--no-webui"], port, "/health"), {}
         arms["llama-server"] = llama
-    res = {}
-    for name, make in arms.items():
-        p = make()
-        try:
-            msgs = [{"role": "system", "content": system}]
-            per = []
-            for t in range(10):
+    if a.mlx:
+        arms["mlx_lm.server"] = lambda: mlx_server(mlx_f32(a.mlx))
+    if a.arms:  # a subset, e.g. mlx_lm.server alone where it is too slow to run beside the rest
+        arms = {k: v for k, v in arms.items() if k in a.arms.split(",")}
+    # All servers up at once and the turns alternated across them, so load from other jobs
+    # falls on every arm alike; each arm keeps its own conversation (its own answers).
+    procs, res = {}, {}
+    try:
+        for name, make in arms.items():
+            procs[name] = make()
+        convo = {name: [{"role": "system", "content": system}] for name in arms}
+        for t in range(10):
+            for name, (p, extra) in procs.items():
+                if t >= (a.mlx_turns if name == "mlx_lm.server" else 10):
+                    continue
+                msgs = convo[name]
                 msgs.append({"role": "user", "content": f"Question {t}: " + text(20, 100 + t)})
+                # Exactly 32 answer tokens on every arm (the 1B synthetic's random weights
+                # would end answers at random): end tokens ignored, or banned for mlx_lm.
                 body = {"messages": msgs, "max_tokens": 32, "temperature": 0, "stream": True,
-                        "stream_options": {"include_usage": True}}
+                        "stream_options": {"include_usage": True}, "ignore_eos": True, **extra}
                 out, ttft = post(p.port, "/v1/chat/completions", body, stream=True)
-                msgs.append({"role": "assistant", "content": out["text"]})
+                # The 1B synthetic's random answers (text only where ids fall in the borrowed
+                # vocabulary, and it differs per arm) are replaced by one fixed answer.
+                ans = text(24, 200 + t) if a.tokenizer_from else out["text"]
+                msgs.append({"role": "assistant", "content": ans})
                 u = out["usage"] or {}
-                cached = (u.get("prompt_tokens_details") or {}).get("cached_tokens")
-                per.append({"turn": t + 1, "ttft_ms": round(1e3 * ttft, 1),
-                            "prompt_tokens": u.get("prompt_tokens"), "cached_tokens": cached})
-            res[name] = per
-            print(json.dumps({"arm": name, "turns": per}), flush=True)
-        finally:
+                r = {"turn": t + 1, "ttft_ms": round(1e3 * ttft, 1),
+                     "prompt_tokens": u.get("prompt_tokens"),
+                     "cached_tokens": (u.get("prompt_tokens_details") or {}).get("cached_tokens"),
+                     "completion_tokens": u.get("completion_tokens"),
+                     "load": os.getloadavg()[0]}
+                res.setdefault(name, []).append(r)
+                print(json.dumps({"arm": name, **r}), flush=True)
+    finally:
+        for p, _ in procs.values():
             p.stop()
+    for t in range(10):
+        print(f"{t + 1:>3}" + "".join(
+            f"  {name}: {per[t]['ttft_ms']:.0f} ms ({per[t]['cached_tokens']})"
+            for name, per in res.items() if t < len(per)))
     return res
 
 
@@ -199,6 +229,7 @@ def memory(a):
     try:
         p = tq_proc(a, "tq_mem", "--prompt-cache-dir", d, "--memory-budget", a.mem_budget,
                     "--prompt-cache-disk", a.mem_disk)
+        t0 = time.perf_counter()
         try:
             for i in range(a.mem_requests):
                 post(p.port, "/v1/completions", req(text(1900, 20000 + i)), stream=True)
@@ -210,7 +241,8 @@ def memory(a):
              "peak_resident_bytes": m["tq_peak_resident_bytes"],
              "disk_bound": a.mem_disk, "disk_bytes": on_disk,
              "evictions": m["tq_prompt_cache_evictions_total"],
-             "disk_evictions": m["tq_prompt_cache_disk_evictions_total"]}
+             "disk_evictions": m["tq_prompt_cache_disk_evictions_total"],
+             "wall_s": round(time.perf_counter() - t0, 1)}
         print(json.dumps({"memory": r}), flush=True)
         return r
     finally:
@@ -235,6 +267,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model")
     ap.add_argument("--llama", help="GGUF for llama-server (turns)")
+    ap.add_argument("--mlx", help="MLX dir for mlx_lm.server (turns; an f32-scale copy)")
+    ap.add_argument("--mlx-turns", type=int, default=10, help="mlx_lm.server turns (slow on CPU)")
+    ap.add_argument("--arms", help="turns: only these arms (comma-separated names as printed)")
+    ap.add_argument("--tokenizer-from", help="MLX dir whose tokenizer a tokenizer-less MODEL uses")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--what", default="turns,restart,crash")
     ap.add_argument("--runs", type=int, default=50)
@@ -244,6 +280,9 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--tq-bin", default=str(ROOT / "build" / "tq"))
     a = ap.parse_args()
+    a.model = str(with_tokenizer(a.model, a.tokenizer_from))
+    if a.mlx:
+        a.mlx = str(with_tokenizer(a.mlx, a.tokenizer_from))
     out = {}
     for w in a.what.split(","):
         out[w] = {"turns": turns, "restart": restart, "crash": crash, "memory": memory}[w](a)

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""bench/serve-load: `tq serve` against llama.cpp's llama-server (and, optionally, mlx_lm.server)
+"""bench/serve-load: `tq serve` against llama.cpp's llama-server and mlx_lm.server (each optional)
 under bounded concurrency on loopback, the same requests to each, arms alternated per level.
 
 Each level runs REQUESTS streamed completions of a seeded mix of prompt lengths (32-512 tokens
@@ -9,6 +9,10 @@ every arm): llama-server keeps earlier prompts in a host-memory cache, so replay
 would let it skip prefills that tq (no prompt cache yet) has to run. Per arm and level it prints aggregate
 completion tok/s (tokens / wall time), p50/p99 time to first token and p50/p99 inter-token
 latency (gaps between streamed chunks that carry text), and the ratio to the first arm.
+
+mlx_lm.server (--mlx) serves an f32-scale copy of the MLX dir (mlx_f32: its CPU quantized
+matmul is ~10x slower with bf16 scales) and has no `ignore_eos`: its end tokens are banned
+through `logit_bias` instead.
 
 Usage:
   bench/serve_load.py --tq MODEL [--llama GGUF] [--mlx MLX_DIR] [--conc 1,2,4,8]
@@ -24,6 +28,7 @@ import json
 import os
 import pathlib
 import random
+import shutil
 import signal
 import socket
 import statistics
@@ -95,6 +100,66 @@ def metrics(port):
     return out
 
 
+def with_tokenizer(src, tokenizer_from):
+    """`src` itself when it has a tokenizer, else a dir of links to its files plus the tokenizer
+    files of `tokenizer_from` (the 1B synthetic has none; its GGUF carries SmolLM2's)."""
+    src = pathlib.Path(src)
+    if (src / "tokenizer.json").exists() or not tokenizer_from:
+        return src
+    out = CACHE / "bench" / "with-tokenizer" / src.name
+    out.mkdir(parents=True, exist_ok=True)
+    for f in [*src.iterdir(), *pathlib.Path(tokenizer_from).glob("tokenizer*"),
+              *pathlib.Path(tokenizer_from).glob("chat_template*")]:
+        if not (out / f.name).exists():
+            (out / f.name).symlink_to(f.resolve())
+    return out
+
+
+def mlx_f32(src):
+    """A copy of an MLX dir for mlx_lm.server on CPU: the same codes, its bf16 scales, biases
+    and norms widened to f32 (exact), since mlx's CPU quantized matmul is ~10x slower in bf16."""
+    src = pathlib.Path(src)
+    out = CACHE / "bench" / "mlx-f32" / src.name
+    if (out / "model.safetensors").exists():
+        return out
+    import mlx.core as mx
+    out.mkdir(parents=True, exist_ok=True)
+    for f in src.iterdir():
+        if f.suffix == ".safetensors":
+            w = {k: v.astype(mx.float32) if v.dtype == mx.bfloat16 else v
+                 for k, v in mx.load(str(f)).items()}
+            mx.save_safetensors(str(out / f.name), w, metadata={"format": "mlx"})
+        elif f.name != "model.safetensors.index.json":
+            shutil.copy(f, out / f.name)
+    return out
+
+
+def eos_ids(model_dir):
+    """The end-token ids mlx_lm stops on (config, generation config, the tokenizer's eos)."""
+    d, ids = pathlib.Path(model_dir), set()
+    for name in ("config.json", "generation_config.json"):
+        if (d / name).exists():
+            e = json.loads((d / name).read_text()).get("eos_token_id")
+            ids.update(e if isinstance(e, list) else [e] if e is not None else [])
+    tc = json.loads((d / "tokenizer_config.json").read_text())
+    eos = tc.get("eos_token")
+    eos = eos.get("content") if isinstance(eos, dict) else eos
+    for t in json.loads((d / "tokenizer.json").read_text()).get("added_tokens", []):
+        if t["content"] in (eos, "<|endoftext|>", "<|im_end|>"):
+            ids.add(t["id"])
+    return sorted(ids)
+
+
+def mlx_server(model_dir, name="mlx"):
+    """mlx_lm.server on a free port; returns (Proc, extra request fields): mlx_lm.server has no
+    `ignore_eos`, so the end tokens are banned through `logit_bias` for exact lengths."""
+    port = free_port()
+    py = CACHE / "venv" / "bin" / "python"
+    p = Proc(name, [str(py), "-m", "mlx_lm.server", "--model", str(model_dir), "--port",
+                    str(port)], port, "/v1/models")
+    return p, {"logit_bias": {str(i): -1e9 for i in eos_ids(model_dir)}}
+
+
 def workload(n, seed):
     rng = random.Random(seed)
     out = []
@@ -105,12 +170,11 @@ def workload(n, seed):
     return out
 
 
-def one(port, model, req):
+def one(port, extra, req):
     """One streamed completion: (ttft s, [inter-token gaps s], completion tokens)."""
     body = {"prompt": req["prompt"], "max_tokens": req["max_tokens"], "temperature": 0,
-            "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True}}
-    if model:
-        body["model"] = model
+            "stream": True, "ignore_eos": True, "stream_options": {"include_usage": True},
+            **extra}
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
     t0 = time.perf_counter()
     c.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
@@ -151,10 +215,10 @@ def pct(v, p):
     return v[min(len(v) - 1, int(round(p / 100 * (len(v) - 1))))]
 
 
-def level(port, model, reqs, conc):
+def level(port, extra, reqs, conc):
     t0 = time.perf_counter()
     with cf.ThreadPoolExecutor(conc) as ex:
-        res = list(ex.map(lambda r: one(port, model, r), reqs))
+        res = list(ex.map(lambda r: one(port, extra, r), reqs))
     wall = time.perf_counter() - t0
     ttft = [r[0] for r in res]
     itl = [g for r in res for g in r[1]]
@@ -162,14 +226,15 @@ def level(port, model, reqs, conc):
     return {"requests": len(res), "tokens": toks, "wall_s": round(wall, 2),
             "aggregate_tok_s": round(toks / wall, 1),
             "ttft_p50_ms": round(1e3 * pct(ttft, 50), 1), "ttft_p99_ms": round(1e3 * pct(ttft, 99), 1),
-            "itl_p50_ms": round(1e3 * pct(itl, 50), 2), "itl_p99_ms": round(1e3 * pct(itl, 99), 2)}
+            "itl_p50_ms": round(1e3 * pct(itl, 50), 2), "itl_p99_ms": round(1e3 * pct(itl, 99), 2),
+            "load": os.getloadavg()[0]}
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tq", required=True, help="model for tq serve")
     ap.add_argument("--llama", help="GGUF for llama-server")
-    ap.add_argument("--mlx", help="MLX directory for mlx_lm.server (measured at the largest level)")
+    ap.add_argument("--mlx", help="MLX directory for mlx_lm.server (served from an f32-scale copy)")
     ap.add_argument("--conc", default="1,2,4,8")
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--threads", type=int, default=2)
@@ -186,7 +251,7 @@ def main():
         port = free_port()
         arms["tq"] = (Proc("tq", [a.tq_bin, "serve", a.tq, "--port", str(port), "--threads",
                                   str(a.threads), "--max-seqs", str(top), "--ctx", str(a.ctx),
-                                  "--queue", str(a.requests)], port, "/health/ready"), None)
+                                  "--queue", str(a.requests)], port, "/health/ready"), {})
         if a.llama:
             exe = a.llama_server
             if exe is None:
@@ -198,28 +263,19 @@ def main():
             arms["llama.cpp"] = (Proc("llama", [exe, "-m", a.llama, "--port", str(port), "-t",
                                                 str(a.threads), "-tb", str(a.threads), "-np",
                                                 str(top), "-c", str(a.ctx * top), "--no-webui"],
-                                      port, "/health"), None)
+                                      port, "/health"), {})
+        if a.mlx:
+            arms["mlx_lm.server"] = mlx_server(mlx_f32(a.mlx))
         results = []
         for conc in concs:
             reqs = workload(a.requests, a.seed * 1000 + conc)
-            warm = workload(max(conc, 4), a.seed * 1000 + 999)
-            for name, (p, model) in arms.items():  # alternated within each level
-                level(p.port, model, warm, conc)
-                r = {"arm": name, "concurrency": conc, **level(p.port, model, reqs, conc)}
+            # Short warm-up requests, one per slot (mlx_lm.server on CPU is slow).
+            warm = [{"prompt": words(24, 999 + i), "max_tokens": 8} for i in range(conc)]
+            for name, (p, extra) in arms.items():  # alternated within each level
+                level(p.port, extra, warm, conc)
+                r = {"arm": name, "concurrency": conc, **level(p.port, extra, reqs, conc)}
                 results.append(r)
                 print(json.dumps(r), flush=True)
-        if a.mlx:
-            port = free_port()
-            py = CACHE / "venv" / "bin" / "python"
-            mlx = Proc("mlx", [str(py), "-m", "mlx_lm.server", "--model", a.mlx, "--port",
-                               str(port)], port, "/v1/models")
-            try:
-                r = {"arm": "mlx_lm.server", "concurrency": top,
-                     **level(port, a.mlx, workload(a.requests, a.seed * 1000 + top), top)}
-                results.append(r)
-                print(json.dumps(r), flush=True)
-            finally:
-                mlx.stop()
         print(f"\n{'arm':<14}{'conc':>5}{'tok/s':>9}{'vs tq':>7}{'TTFT p50':>10}{'p99':>9}"
               f"{'ITL p50':>9}{'p99':>8}  (ms)")
         base = {r["concurrency"]: r["aggregate_tok_s"] for r in results if r["arm"] == "tq"}
