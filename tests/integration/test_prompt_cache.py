@@ -32,10 +32,13 @@ def text(n_words, seed):
 BASE = text(170, 1)  # the shared prefix, cut at different lengths
 
 
+CUTS = (20, 95, 96, 170, 12, 24, 25, 37, 49, 50, 61, 73, 74, 85, 110, 122, 123, 135, 147, 160)
+
+
 def prompts():
-    # Shared prefixes of 20..170 words (tokens: roughly 1.3 per word), each with its own tail.
-    cuts = (20, 95, 96, 170)
-    return [" ".join(BASE.split()[:c]) + " " + text(5 + i, 100 + i) for i, c in enumerate(cuts)]
+    # 20 prompts: shared prefixes of 12..170 words (tokens: roughly 1.3 per word; cuts on both
+    # sides of block boundaries), each with its own tail.
+    return [" ".join(BASE.split()[:c]) + " " + text(5 + i % 7, 100 + i) for i, c in enumerate(CUTS)]
 
 
 def client(srv):
@@ -74,7 +77,8 @@ def test_cache_on_and_off_give_the_same_tokens(tq_bin, smollm2_gguf, tmp_path):
                 cached.append(c)
         # The second of each pair reuses the first's blocks; shared prefixes reuse earlier ones.
         assert all(c > 0 for c in cached[1::2]), cached
-        assert all(c > 0 for c in cached[2::2]), cached
+        # (12 words are less than a block and a token: nothing to reuse.)
+        assert all(c > 0 for c, w in zip(cached[2::2], CUTS[1:]) if w >= 20), cached
         m = on.metrics()
         assert m["tq_prompt_cache_hit_tokens_total"] == sum(cached)
         assert m["tq_prompt_cache_queries_total"] == len(cached)
