@@ -1,4 +1,4 @@
-// Batched products (prefill) of narrow codes on AVX3_DL with rows in the lanes: each strip of
+// Batched products (prefill) on AVX3_DL with rows in the lanes: each strip of
 // 32 rows is unpacked once into 4-code quads interleaved across 16 rows, so one vpdpbusd
 // multiplies 16 rows by one token's 4 activations (a broadcast) and the sums stay in integers
 // for a whole block of 32 columns. Against tiles of row × token pairs that convert and scale
@@ -119,8 +119,8 @@ HWY_INLINE void LaneTile(int64_t c0, int64_t c1, int64_t group, const uint8_t* w
   }
 }
 
-// Rows [r0, r1) for every token of xq (gsum: Σx per group per token, G per token); narrow
-// affine codes, mxfp4 and nvfp4 (8-bit codes take GemmQ8, which keeps the per-token bits).
+// Rows [r0, r1) for every token of xq (gsum: Σx per group per token, G per token); every affine
+// width, mxfp4 and nvfp4.
 // A strip's quads are made kChunk columns at a time, so they stay in L1 while the tokens pass.
 inline void GemmLanes(const PackedMatrix& w, const ActQ8& xq, const float* gsum, float* y,
                       int64_t ldy, int64_t r0, int64_t r1) {

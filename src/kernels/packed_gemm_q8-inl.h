@@ -1,13 +1,13 @@
 // Batched products of 8-bit codes on AVX3_DL: the codes are bytes where they lie, and tiles of
 // 4 rows × 4 tokens keep 16 accumulators in registers, so a row's codes and a token's
 // activations are each loaded once per tile, not once per pair. They meet x in the per-token
-// kernel's order with its per-lane sums, so each token gets the bits it gets alone. Narrower
-// codes take the lanes kernel (packed_gemm_lanes-inl.h).
+// kernel's order with its per-lane sums, so each token gets the bits it gets alone: batches
+// that must keep them (speculative checks); prefills take the lanes (packed_gemm_lanes-inl.h).
 // Textually included by packed_matmul_q8.cc after packed_codes_q8-inl.h (no include guard).
 #if HWY_TARGET == HWY_AVX3_DL
 
 constexpr int kTileRows = 4, kTileTokens = 4;
-// From this many tokens on, the tiles; below, the per-token kernels (no unpacked copy), except
+// From this many tokens on, the lanes; below, the per-token kernels (no unpacked copy), except
 // 8-bit codes, whose tiles keep the per-token bits and take batches from two tokens on.
 constexpr int64_t kGemmMinTokens = 16;
 

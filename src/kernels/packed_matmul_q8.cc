@@ -508,13 +508,15 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
       gsum[t * G + g] = s;
     }
 #if HWY_TARGET == HWY_AVX3_DL
-  // A batch of tokens: 8-bit codes on register tiles (packed_gemm_q8-inl.h), which give each
-  // token the per-token kernel's bits and so take batches from two tokens on; narrower codes on
-  // strips unpacked once with rows in the lanes (packed_gemm_lanes-inl.h).
-  const bool same_bits = affine && w.bits == 8;
-  const bool tiles = kernel == BatchKernel::kTiles || (same_bits && xq.n >= 2) ||
-                     (kernel == BatchKernel::kAuto && xq.n >= kGemmMinTokens);
-  if (tiles && TilesSupportedImpl(w)) {
+  // A batch of tokens: strips unpacked once with rows in the lanes (packed_gemm_lanes-inl.h), or
+  // 8-bit codes on register tiles (packed_gemm_q8-inl.h), which give each token the per-token
+  // kernel's bits.
+  // 8-bit batches that must keep the per-token bits (speculative checks, short batches) take the
+  // tiles; prefills (16+ tokens, or the server's chunks) the lanes, which are faster.
+  const bool lanes =
+      kernel == BatchKernel::kTiles || (kernel == BatchKernel::kAuto && xq.n >= kGemmMinTokens);
+  const bool same_bits = affine && w.bits == 8 && xq.n >= 2 && !lanes;
+  if ((lanes || same_bits) && TilesSupportedImpl(w)) {
     if (same_bits)
       GemmQ8(w, xq, gsum.data(), y, ldy, r0, r1);
     else
