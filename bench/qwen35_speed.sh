@@ -3,12 +3,14 @@
 # here): converted to affine 4-bit g64, then `tq bench` with the chunked Gated DeltaNet prefill
 # (TQ_DELTA_CHUNK=32, the default) and token by token (TQ_DELTA_CHUNK=0), and the kernel alone
 # (tq_kernel_bench BM_GatedDelta). Run under flock /tmp/tq-bench.lock on a quiet machine.
-#   bench/qwen35_speed.sh [LENGTHS] [GEN]   (default 128,2048 and 32)
+# The two settings alternate, ROUNDS times each.
+#   bench/qwen35_speed.sh [LENGTHS] [GEN] [ROUNDS]   (default 128,2048, 32 and 2)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
 TQ=${TQ:-$TQ_BUILD/tq}
 lengths=${1:-128,2048}
 gen=${2:-32}
+rounds=${3:-2}
 work=$TQ_CACHE/bench/qwen35
 src=$work/qwen35-0p8b-like-bf16
 q4=$work/qwen35-0p8b-like-4bit
@@ -32,8 +34,11 @@ PY
 fi
 [ -f "$q4/config.json" ] || "$TQ" convert "$src" -o "$q4" --bits 4 --group-size 64 --no-db >/dev/null
 "$TQ" inspect "$q4" | grep -E "bits/weight|size "
-for chunk in 32 0; do
-  echo "TQ_DELTA_CHUNK=$chunk"
-  TQ_DELTA_CHUNK=$chunk "$TQ" bench "$q4" --prompt-lengths "$lengths" --gen "$gen" --repeat 1 --no-db
+for r in $(seq "$rounds"); do
+  for chunk in 32 0; do
+    echo "round $r TQ_DELTA_CHUNK=$chunk (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+    TQ_DELTA_CHUNK=$chunk "$TQ" bench "$q4" --prompt-lengths "$lengths" --gen "$gen" --repeat 1 \
+      --no-db
+  done
 done
 "$TQ_BUILD/tq_kernel_bench" --benchmark_filter=GatedDelta --benchmark_min_time=0.5

@@ -87,7 +87,7 @@ struct ChunkScratch {
 
 void chunk_head(const GatedDeltaDims& d, int64_t h, const float* qkv, const float* b,
                 const float* a, float a_log, float dt_bias, float* S, int64_t t0, int64_t L,
-                float* y, ChunkScratch& s) {
+                float* y, ChunkScratch& s, bool blas_solve) {
   const int64_t c = d.conv_dim(), kd = d.key_dim(), hkh = h / (d.hv / d.hk);
   const int64_t ydim = d.value_dim();
   const float* Q = qkv + t0 * c + hkh * d.dk;
@@ -110,14 +110,22 @@ void chunk_head(const GatedDeltaDims& d, int64_t h, const float* qkv, const floa
     for (int64_t j = 0; j < d.dk; ++j) s.wm[t * d.dk + j] = wk * K[t * c + j];
     for (int64_t j = 0; j < d.dv; ++j) s.um[t * d.dv + j] = s.beta[t] * V[t * c + j];
   }
-  // Forward substitution through the unit lower-triangular I + A.
-  for (int64_t t = 1; t < L; ++t)
-    for (int64_t i = 0; i < t; ++i) {
-      const float at = s.beta[t] * std::exp(s.lg[t] - s.lg[i]) * s.kk[t * L + i];
-      if (at == 0.0f) continue;
-      for (int64_t j = 0; j < d.dk; ++j) s.wm[t * d.dk + j] -= at * s.wm[i * d.dk + j];
-      for (int64_t j = 0; j < d.dv; ++j) s.um[t * d.dv + j] -= at * s.um[i * d.dv + j];
-    }
+  // A (strictly lower; the unit diagonal is implied), then the solve through I + A.
+  for (int64_t t = 0; t < L; ++t)
+    for (int64_t i = 0; i < t; ++i) s.kk[t * L + i] *= s.beta[t] * std::exp(s.lg[t] - s.lg[i]);
+  if (blas_solve) {  // OpenBLAS's triangular solve: vectorized over the dk + dv columns
+    cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, L, d.dk, 1.0f,
+                s.kk.data(), L, s.wm.data(), d.dk);
+    cblas_strsm(CblasRowMajor, CblasLeft, CblasLower, CblasNoTrans, CblasUnit, L, d.dv, 1.0f,
+                s.kk.data(), L, s.um.data(), d.dv);
+  } else {  // the scalar reference: forward substitution row by row
+    for (int64_t t = 1; t < L; ++t)
+      for (int64_t i = 0; i < t; ++i) {
+        const float at = s.kk[t * L + i];
+        for (int64_t j = 0; j < d.dk; ++j) s.wm[t * d.dk + j] -= at * s.wm[i * d.dk + j];
+        for (int64_t j = 0; j < d.dv; ++j) s.um[t * d.dv + j] -= at * s.um[i * d.dv + j];
+      }
+  }
   // U = Um - Wm S0^T.
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, L, d.dv, d.dk, -1.0f, s.wm.data(), d.dk, S,
               d.dk, 1.0f, s.um.data(), d.dv);
@@ -146,36 +154,47 @@ void chunk_head(const GatedDeltaDims& d, int64_t h, const float* qkv, const floa
 }  // namespace
 
 void causal_conv1d_silu(const float* w, int64_t channels, int64_t kernel, float* state, float* x,
-                        int64_t n) {
+                        int64_t n, int64_t c0, int64_t c1) {
   const int64_t keep = kernel - 1, C = channels;
-  // The window [state; x] as rows: row r < keep from the state, else x[r - keep].
-  std::vector<float> in(static_cast<size_t>((keep + n) * C));
-  std::copy_n(state, keep * C, in.data());
-  std::copy_n(x, n * C, in.data() + keep * C);
+  if (c1 < 0) c1 = C;
+  // The window [state; x] for channels [c0, c1) as rows: row r < keep from the state, else
+  // x[r - keep] (copied: the conv writes x in place).
+  const int64_t width = c1 - c0;
+  std::vector<float> in(static_cast<size_t>((keep + n) * width));
+  for (int64_t r = 0; r < keep + n; ++r)
+    std::copy_n(r < keep ? state + r * C + c0 : x + (r - keep) * C + c0, width,
+                in.data() + r * width);
   for (int64_t t = 0; t < n; ++t) {
-    float* o = x + t * C;
-    for (int64_t ch = 0; ch < C; ++ch) {
+    float* o = x + t * C + c0;
+    for (int64_t ch = 0; ch < width; ++ch) {
       float acc = 0.0f;
-      for (int64_t j = 0; j < kernel; ++j) acc += w[ch * kernel + j] * in[(t + j) * C + ch];
+      for (int64_t j = 0; j < kernel; ++j)
+        acc += w[(c0 + ch) * kernel + j] * in[(t + j) * width + ch];
       o[ch] = silu(acc);
     }
   }
-  std::copy_n(in.data() + n * C, keep * C, state);
+  for (int64_t r = 0; r < keep; ++r)
+    std::copy_n(in.data() + (n + r) * width, width, state + r * C + c0);
 }
 
 void gated_delta_rule(const GatedDeltaDims& d, float* qkv, const float* b, const float* a,
                       const float* a_log, const float* dt_bias, float* state, int64_t n, float* y,
                       int64_t chunk) {
   gated_delta_normalize_qk(d, qkv, n);
-  if (chunk > 1) {
-    ChunkScratch s;
+  if (chunk > 1)
+    gated_delta_chunks(d, qkv, b, a, a_log, dt_bias, state, n, y, chunk, 0, d.hv);
+  else
+    gated_delta_steps(d, qkv, b, a, a_log, dt_bias, state, n, y, 0, d.hv);
+}
+
+void gated_delta_chunks(const GatedDeltaDims& d, const float* qkv, const float* b, const float* a,
+                        const float* a_log, const float* dt_bias, float* state, int64_t n, float* y,
+                        int64_t chunk, int64_t h0, int64_t h1, bool blas_solve) {
+  ChunkScratch s;
+  for (int64_t h = h0; h < h1; ++h)
     for (int64_t t0 = 0; t0 < n; t0 += chunk)
-      for (int64_t h = 0; h < d.hv; ++h)
-        chunk_head(d, h, qkv, b, a, a_log[h], dt_bias[h], state + h * d.dv * d.dk, t0,
-                   std::min(chunk, n - t0), y, s);
-    return;
-  }
-  gated_delta_steps(d, qkv, b, a, a_log, dt_bias, state, n, y, 0, d.hv);
+      chunk_head(d, h, qkv, b, a, a_log[h], dt_bias[h], state + h * d.dv * d.dk, t0,
+                 std::min(chunk, n - t0), y, s, blas_solve);
 }
 
 void gated_delta_steps(const GatedDeltaDims& d, const float* qkv, const float* b, const float* a,

@@ -17,9 +17,10 @@ struct GatedDeltaDims {
 
 // x [n, C] <- silu(causal depthwise conv of [state; x]): out[t, c] = sum_j w[c, j] in[t + j, c]
 // over the K-1 state rows followed by x (w[c, K-1] multiplies the current token); state
-// [K-1, C] <- the last K-1 rows of [state; x] before the conv.
+// [K-1, C] <- the last K-1 rows of [state; x] before the conv. Only channels [c0, c1) (c1 < 0:
+// all), so that callers may split the channels over threads.
 void causal_conv1d_silu(const float* w, int64_t channels, int64_t kernel, float* state, float* x,
-                        int64_t n);
+                        int64_t n, int64_t c0 = 0, int64_t c1 = -1);
 
 // The gated delta rule over n tokens of one sequence. qkv [n, C] holds each token's conv
 // output [q (hk·dk) | k (hk·dk) | v (hv·dv)]; q and k are l2-normalized in place (q also scaled
@@ -31,6 +32,13 @@ void causal_conv1d_silu(const float* w, int64_t channels, int64_t kernel, float*
 void gated_delta_rule(const GatedDeltaDims& d, float* qkv, const float* b, const float* a,
                       const float* a_log, const float* dt_bias, float* state, int64_t n, float* y,
                       int64_t chunk = 0);
+
+// The chunked form for value heads [h0, h1) only, on q and k already normalized (as
+// gated_delta_steps). blas_solve = false: the unit-triangular solve by scalar forward
+// substitution (the reference) instead of OpenBLAS's strsm.
+void gated_delta_chunks(const GatedDeltaDims& d, const float* qkv, const float* b, const float* a,
+                        const float* a_log, const float* dt_bias, float* state, int64_t n, float* y,
+                        int64_t chunk, int64_t h0, int64_t h1, bool blas_solve = true);
 
 // gated_delta_rule in two steps, for callers that split the value heads over threads: q and k
 // of qkv [n, C] l2-normalized in place, then the token-by-token rule for value heads [h0, h1)

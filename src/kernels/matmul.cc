@@ -11,6 +11,7 @@
 extern "C" {
 char* openblas_get_corename(void) __attribute__((weak));
 int openblas_get_num_threads(void) __attribute__((weak));
+void openblas_set_num_threads(int) __attribute__((weak));
 void gotoblas_dynamic_init(void) __attribute__((weak));
 void gotoblas_dynamic_quit(void) __attribute__((weak));
 }
@@ -61,6 +62,16 @@ void matmul_nt(const float* x, int64_t n, int64_t in, const float* w, int64_t ou
   if (bias != nullptr)
     for (int64_t r = 0; r < n; ++r)
       for (int64_t j = 0; j < out; ++j) y[r * out + j] += bias[j];
+}
+
+BlasOnCallingThread::BlasOnCallingThread() {
+  if (!openblas_get_num_threads || !openblas_set_num_threads) return;
+  saved_ = openblas_get_num_threads();
+  if (saved_ > 1) openblas_set_num_threads(1);
+}
+
+BlasOnCallingThread::~BlasOnCallingThread() {
+  if (saved_ > 1) openblas_set_num_threads(saved_);
 }
 
 std::string blas_backend() {

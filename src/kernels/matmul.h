@@ -10,6 +10,19 @@ namespace tq {
 void matmul_nt(const float* x, int64_t n, int64_t in, const float* w, int64_t out,
                const float* bias, float* y);
 
+// While alive, OpenBLAS runs every product on the calling thread: for callers that run small
+// products on threads of their own (OpenBLAS's threads would oversubscribe or serialize them).
+class BlasOnCallingThread {
+ public:
+  BlasOnCallingThread();
+  ~BlasOnCallingThread();
+  BlasOnCallingThread(const BlasOnCallingThread&) = delete;
+  BlasOnCallingThread& operator=(const BlasOnCallingThread&) = delete;
+
+ private:
+  int saved_ = 0;
+};
+
 // "OpenBLAS <core> x<threads>", e.g. "OpenBLAS SkylakeX x2", for reports.
 std::string blas_backend();
 

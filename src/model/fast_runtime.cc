@@ -24,6 +24,7 @@
 #include "kernels/amx_matmul.h"
 #include "kernels/attention.h"
 #include "kernels/gated_delta.h"
+#include "kernels/matmul.h"
 #include "kernels/ops.h"
 #include "kernels/packed_matmul.h"
 #include "kernels/vec_ops.h"
@@ -686,8 +687,9 @@ void FastRuntime::lin_in(const FastLayer& L, FastIo& io) const {
       io.h, io.n, io.split);
 }
 
-// Each sequence through its own conv and delta-rule states (zero when it starts at 0);
-// prefills of delta_chunk+ tokens in chunks (the WY form, through OpenBLAS).
+// Each sequence through its own conv and delta-rule states (zero when it starts at 0); the conv
+// channels, q/k rows and value heads split over the pool. Prefills of delta_chunk+ tokens run in
+// chunks (the WY form: small OpenBLAS products, each on its pool thread).
 void FastRuntime::lin_core(const FastLayer& L, FastIo& io) const {
   const GatedDeltaDims dd{cfg.linear_num_key_heads, cfg.linear_num_value_heads,
                           cfg.linear_key_head_dim, cfg.linear_value_head_dim};
@@ -699,14 +701,28 @@ void FastRuntime::lin_core(const FastLayer& L, FastIo& io) const {
     float* state = c.ssm.data() + l * ssm_size();
     if (c.n == 0) std::fill_n(conv, conv_size(), 0.0f), std::fill_n(state, ssm_size(), 0.0f);
     float* qkv = io.lin_qkv + r0 * C;
-    causal_conv1d_silu(L.lin_conv.data(), C, K, conv, qkv, n);
     const float *b = io.lin_b + r0 * dd.hv, *a = io.lin_a + r0 * dd.hv;
     float* y = io.att + r0 * dd.value_dim();
-    if (delta_chunk > 1 && n >= delta_chunk && !io.seqs[s].per_token) {  // OpenBLAS GEMMs
-      gated_delta_rule(dd, qkv, b, a, L.lin_a_log.data(), L.lin_dt_bias.data(), state, n, y,
-                       delta_chunk);
-    } else {  // token by token (decode): value heads split over the pool
+    if (n == 1) {  // decode: the conv and q/k are too small to split
+      causal_conv1d_silu(L.lin_conv.data(), C, K, conv, qkv, n);
       gated_delta_normalize_qk(dd, qkv, n);
+    } else {
+      pool->parallel_for(
+          C,
+          [&](int64_t c0, int64_t c1) {
+            causal_conv1d_silu(L.lin_conv.data(), C, K, conv, qkv, n, c0, c1);
+          },
+          16);
+      pool->parallel_for(
+          n, [&](int64_t t0, int64_t t1) { gated_delta_normalize_qk(dd, qkv + t0 * C, t1 - t0); });
+    }
+    if (delta_chunk > 1 && n >= delta_chunk && !io.seqs[s].per_token) {
+      const BlasOnCallingThread one;
+      pool->parallel_for(dd.hv, [&](int64_t h0, int64_t h1) {
+        gated_delta_chunks(dd, qkv, b, a, L.lin_a_log.data(), L.lin_dt_bias.data(), state, n, y,
+                           delta_chunk, h0, h1);
+      });
+    } else {  // token by token (decode)
       pool->parallel_for(dd.hv, [&](int64_t h0, int64_t h1) {
         gated_delta_steps(dd, qkv, b, a, L.lin_a_log.data(), L.lin_dt_bias.data(), state, n, y, h0,
                           h1);
@@ -716,9 +732,12 @@ void FastRuntime::lin_core(const FastLayer& L, FastIo& io) const {
 }
 
 void FastRuntime::lin_out(const FastLayer& L, FastIo& io) const {
-  const int64_t d = cfg.hidden_size, hv = cfg.linear_num_value_heads;
-  gated_rms_norm(io.att, io.lin_z, L.lin_norm.data(), io.n * hv, cfg.linear_value_head_dim,
-                 static_cast<float>(cfg.rms_norm_eps));
+  const int64_t d = cfg.hidden_size, hv = cfg.linear_num_value_heads,
+                dv = cfg.linear_value_head_dim;
+  const auto eps = static_cast<float>(cfg.rms_norm_eps);
+  pool->parallel_for(io.n * hv, [&](int64_t r0, int64_t r1) {
+    gated_rms_norm(io.att + r0 * dv, io.lin_z + r0 * dv, L.lin_norm.data(), r1 - r0, dv, eps);
+  });
   ahead(io, static_cast<size_t>(io.l) * 4 + 2);
   run({{&L.lin_out, io.h, d, nullptr}}, io.att, io.n, io.split);
   add_into(io.x, io.h, io.n * d);

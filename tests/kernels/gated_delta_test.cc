@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "kernels/gated_delta.h"
@@ -111,6 +112,28 @@ TEST(GatedDelta, PrefillThenDecodeCarriesTheState) {
   EXPECT_LT(max_diff(y, want), 2e-5);
 }
 
+// The chunked form with OpenBLAS's triangular solve against the scalar forward substitution,
+// at the Qwen3.5-0.8B-like head size, with the value heads split in two ranges (as over threads).
+TEST(GatedDelta, BlasSolveMatchesTheScalarSolveOverHeadRanges) {
+  const GatedDeltaDims d{2, 4, 128, 128};
+  Inputs in = make(d, 70, 11);
+  gated_delta_normalize_qk(d, in.qkv.data(), in.n);
+  std::vector<float> s_ref(d.state_size(), 0.0f), y_ref(in.n * d.value_dim());
+  gated_delta_chunks(d, in.qkv.data(), in.b.data(), in.a.data(), in.a_log.data(), in.dt_bias.data(),
+                     s_ref.data(), in.n, y_ref.data(), 32, 0, d.hv, false);
+  std::vector<float> s(d.state_size(), 0.0f), y(in.n * d.value_dim());
+  for (const auto [h0, h1] : {std::pair<int64_t, int64_t>{0, 1}, {1, 4}})
+    gated_delta_chunks(d, in.qkv.data(), in.b.data(), in.a.data(), in.a_log.data(),
+                       in.dt_bias.data(), s.data(), in.n, y.data(), 32, h0, h1);
+  float my = 0, ms = 0;
+  for (size_t i = 0; i < y.size(); ++i) my = std::max(my, std::abs(y[i] - y_ref[i]));
+  for (size_t i = 0; i < s.size(); ++i) ms = std::max(ms, std::abs(s[i] - s_ref[i]));
+  EXPECT_LT(my, 1e-5f);
+  EXPECT_LT(ms, 1e-5f);
+  // Not trivially equal: the outputs are not all zero.
+  EXPECT_GT(*std::max_element(y.begin(), y.end()), 1e-3f);
+}
+
 TEST(GatedDelta, ConvCarriesItsStateAcrossCalls) {
   const int64_t C = 5, K = 4, n = 9;
   std::mt19937 g(3);
@@ -121,6 +144,12 @@ TEST(GatedDelta, ConvCarriesItsStateAcrossCalls) {
   causal_conv1d_silu(w.data(), C, K, s2.data(), split.data() + 2 * C, n - 2);
   for (int64_t i = 0; i < n * C; ++i) EXPECT_NEAR(whole[i], split[i], 1e-6f);
   EXPECT_EQ(s1, s2);
+  // Channels split in two ranges (as over threads) give the same outputs and state.
+  std::vector<float> parts = x0, s3(C * (K - 1), 0.0f);
+  causal_conv1d_silu(w.data(), C, K, s3.data(), parts.data(), n, 0, 2);
+  causal_conv1d_silu(w.data(), C, K, s3.data(), parts.data(), n, 2, C);
+  EXPECT_EQ(parts, whole);
+  EXPECT_EQ(s3, s1);
   // Token 0 sees only itself (zero history): silu(w[c, K-1] x[0, c]).
   for (int64_t c = 0; c < C; ++c) {
     const float v = w[c * K + K - 1] * x0[c];
