@@ -65,7 +65,10 @@ void quantize_act_q8(const float* x, int64_t n, int64_t cols, ActQ8* out);
 // The same in two steps, so that token ranges can be quantized on several threads: sizes for
 // n tokens, then tokens [t0, t1) of x[n, cols].
 void act_q8_init(int64_t n, int64_t cols, ActQ8* out);
-void quantize_act_q8_tokens(const float* x, int64_t t0, int64_t t1, ActQ8* out);
+// nibbles = false leaves q4 and r4 unset: only the per-token kernels of 4-bit codes read them
+// (packed_q8_reads_nibbles).
+void quantize_act_q8_tokens(const float* x, int64_t t0, int64_t t1, ActQ8* out,
+                            bool nibbles = true);
 // One block of `len` values: its two planes, d and the sum of the block as quantized (ActQ8's
 // rule; ActQ8 uses len 32, the AMX tiles 64).
 void quantize_block_q8(const float* x, int len, int8_t* q, int8_t* r, float* d, float* sum);
@@ -78,6 +81,8 @@ bool packed_q8_supported(const PackedMatrix& w);
 // Whether packed_matmul_q8 runs batches of 16+ tokens of this matrix as register tiles (codes
 // unpacked once per strip of rows, 4 rows × 4 tokens per tile: AVX3_DL, columns % 64 == 0).
 bool packed_q8_tiles_supported(const PackedMatrix& w);
+// Whether packed_matmul_q8 of n tokens of this matrix with this choice reads ActQ8's q4 / r4.
+bool packed_q8_reads_nibbles(const PackedMatrix& w, int64_t n, BatchKernel kernel);
 // y as packed_matmul, from int8 activations (only where packed_q8_supported). `parts`: the rows
 // of [r0, r1) are visited from several parts of the range at once (what the runtime uses: a
 // core keeps more misses in flight); false: strips of adjacent rows. The same results.

@@ -482,6 +482,26 @@ inline void StripScalesFp4(const PackedMatrix& w, int64_t r, int64_t n, float* s
 #include "kernels/packed_gemm_q8-inl.h"
 #endif
 
+bool ReadsNibblesImpl(const PackedMatrix& w, int64_t n, BatchKernel kernel) {
+#ifdef TQ_Q8_KERNELS
+  const bool nibbles =
+      (w.format == WeightFormat::kAffine && w.bits == 4) || w.format == WeightFormat::kMxfp4;
+  if (!nibbles || !SupportedImpl(w)) return false;
+#if HWY_TARGET == HWY_AVX3_DL
+  // The lanes read x in natural order (MatmulQ8Impl's choice).
+  const bool lanes =
+      kernel == BatchKernel::kTiles || (kernel == BatchKernel::kAuto && n >= kGemmMinTokens);
+  if (lanes && TilesSupportedImpl(w)) return false;
+#else
+  (void)n, (void)kernel;
+#endif
+  return true;
+#else
+  (void)w, (void)n, (void)kernel;
+  return false;
+#endif
+}
+
 void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,
                   int64_t r1, bool parts, BatchKernel kernel) {
 #ifdef TQ_Q8_KERNELS
@@ -663,6 +683,7 @@ namespace tq {
 
 HWY_EXPORT(SupportedImpl);
 HWY_EXPORT(TilesSupportedImpl);
+HWY_EXPORT(ReadsNibblesImpl);
 HWY_EXPORT(QuantizeBlocksImpl);
 HWY_EXPORT(MatmulQ8Impl);
 HWY_EXPORT(Int8PathImpl);
@@ -678,6 +699,10 @@ bool packed_q8_supported(const PackedMatrix& w) { return HWY_DYNAMIC_DISPATCH(Su
 
 bool packed_q8_tiles_supported(const PackedMatrix& w) {
   return HWY_DYNAMIC_DISPATCH(TilesSupportedImpl)(w);
+}
+
+bool packed_q8_reads_nibbles(const PackedMatrix& w, int64_t n, BatchKernel kernel) {
+  return HWY_DYNAMIC_DISPATCH(ReadsNibblesImpl)(w, n, kernel);
 }
 
 void packed_matmul_q8(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,

@@ -54,7 +54,7 @@ void act_q8_init(int64_t n, int64_t cols, ActQ8* out) {
   out->dv8.resize(static_cast<size_t>(n * (cols / 64) * 16));
 }
 
-void quantize_act_q8_tokens(const float* x, int64_t t0, int64_t t1, ActQ8* out) {
+void quantize_act_q8_tokens(const float* x, int64_t t0, int64_t t1, ActQ8* out, bool nibbles) {
   const int64_t cols = out->cols, nb = cols / 32;
   for (int64_t t = t0; t < t1; ++t) {
     const float* xt = x + t * cols;
@@ -62,7 +62,7 @@ void quantize_act_q8_tokens(const float* x, int64_t t0, int64_t t1, ActQ8* out) 
     int8_t* r = out->r.data() + t * cols;
     quantize_blocks_q8(xt, 32, nb, q, r, &out->d[t * nb], &out->sum[t * nb]);
     // Nibble order: byte j of a 64-code half holds k = 2j (low nibble) and 2j+1 (high).
-    for (int plane = 0; plane < 2; ++plane) {
+    for (int plane = 0; plane < (nibbles ? 2 : 0); ++plane) {
       const int8_t* src = plane == 0 ? q : r;
       int8_t* q4 = (plane == 0 ? out->q4 : out->r4).data() + t * cols;
       int64_t c = 0;

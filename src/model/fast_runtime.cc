@@ -319,11 +319,13 @@ void FastRuntime::run(std::initializer_list<MatJob> jobs, const float* xin, int6
     // A prefill's tokens quantized over the pool: on one thread the others waited for it.
     act_q8_init(rest, cols, &xq);
     const float* xr = xin + s * cols;
+    bool nib = false;  // the 4-bit codes' order of x, for the per-token kernels only
+    for (const MatJob& j : jobs) nib |= packed_q8_reads_nibbles(*j.w, rest, second);
     if (rest >= 8)
       pool->parallel_for(rest,
-                         [&](int64_t b, int64_t e) { quantize_act_q8_tokens(xr, b, e, &xq); });
+                         [&](int64_t b, int64_t e) { quantize_act_q8_tokens(xr, b, e, &xq, nib); });
     else
-      quantize_act_q8_tokens(xr, 0, rest, &xq);
+      quantize_act_q8_tokens(xr, 0, rest, &xq, nib);
   }
   // The int8 kernels read each slice's rows from several parts of it at once for every model,
   // not only those larger than the last-level cache: a shared LLC holds less than it says.
