@@ -66,8 +66,8 @@ inline void InterleaveStrip(const PackedMatrix& w, const Unpack64Tables& tab, bo
 // for the block (per 16 columns at groups of 16): the same operations whatever the chunks.
 template <int kT, bool kG16>
 HWY_INLINE void LaneTile(int64_t c0, int64_t c1, int64_t group, const uint8_t* wq, const float* st,
-                         const int8_t* const* q, const int8_t* const* r, const float* const* dv,
-                         float* io) {
+                         const float* bt, const int8_t* const* q, const int8_t* const* r,
+                         const float* const* dv, const float* const* gs, float* io) {
   constexpr int kSub = kG16 ? 2 : 1, kQuads = 8 / kSub;  // flushes per block, quads per flush
   __m512 acc[2][kT];
 #pragma GCC unroll 4
@@ -109,6 +109,16 @@ HWY_INLINE void LaneTile(int64_t c0, int64_t c1, int64_t group, const uint8_t* w
         const __m512i a1 = _mm512_add_epi32(_mm512_slli_epi32(A[1][t], 8), B[1][t]);
         acc[0][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a0), _mm512_mul_ps(s0, d), acc[0][t]);
         acc[1][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a1), _mm512_mul_ps(s1, d), acc[1][t]);
+      }
+      if ((k0 + 32 / kSub) % group == 0) {  // the group's bias term: b·Σx
+        const __m512 b0 = _mm512_loadu_ps(bt + g * kLaneRows);
+        const __m512 b1 = _mm512_loadu_ps(bt + g * kLaneRows + 16);
+#pragma GCC unroll 4
+        for (int t = 0; t < kT; ++t) {
+          const __m512 x = _mm512_set1_ps(gs[t][g]);
+          acc[0][t] = _mm512_fmadd_ps(b0, x, acc[0][t]);
+          acc[1][t] = _mm512_fmadd_ps(b1, x, acc[1][t]);
+        }
       }
     }
   }
@@ -153,18 +163,21 @@ inline void GemmLanes(const PackedMatrix& w, const ActQ8& xq, const float* gsum,
       InterleaveStrip(w, tab, fp4, s0, m, c0, c1, wq.data());
       for (int64_t t0 = 0; t0 < n; t0 += kLaneTokens) {
         const int8_t *tq[kLaneTokens], *tr[kLaneTokens];
-        const float* td[kLaneTokens];
+        const float *td[kLaneTokens], *tg[kLaneTokens];
         for (int t = 0; t < kLaneTokens; ++t) {
           const int64_t tt = std::min<int64_t>(t0 + t, n - 1);
           tq[t] = xq.q.data() + tt * cols, tr[t] = xq.r.data() + tt * cols;
           td[t] = xq.dv8.data() + tt * nb * 8;  // d / 256 of block b at [8 b]
+          tg[t] = gsum + tt * G;
         }
         float* io = acc.data() + t0 * kLaneRows;
         auto tile = [&]<int kT>() {
           if (w.group == 16)
-            LaneTile<kT, true>(c0, c1, w.group, wq.data(), st.data(), tq, tr, td, io);
+            LaneTile<kT, true>(c0, c1, w.group, wq.data(), st.data(), bt.data(), tq, tr, td, tg,
+                               io);
           else
-            LaneTile<kT, false>(c0, c1, w.group, wq.data(), st.data(), tq, tr, td, io);
+            LaneTile<kT, false>(c0, c1, w.group, wq.data(), st.data(), bt.data(), tq, tr, td, tg,
+                                io);
         };
         switch (std::min<int64_t>(kLaneTokens, n - t0)) {
           case 1:
@@ -182,16 +195,12 @@ inline void GemmLanes(const PackedMatrix& w, const ActQ8& xq, const float* gsum,
         }
       }
     }
-    // The bias terms Σ_g b·Σx, 16 rows at a time; rows past m are not stored.
+    // Rows past m are not stored.
     for (int64_t t = 0; t < n; ++t)
       for (int v = 0; v < 2 && 16 * v < m; ++v) {
-        __m512 a = _mm512_loadu_ps(acc.data() + t * kLaneRows + 16 * v);
-        for (int64_t g = 0; g < G; ++g)
-          a = _mm512_fmadd_ps(_mm512_loadu_ps(bt.data() + g * kLaneRows + 16 * v),
-                              _mm512_set1_ps(gsum[t * G + g]), a);
         const int64_t left = std::min<int64_t>(16, m - 16 * v);
         _mm512_mask_storeu_ps(y + t * ldy + s0 + 16 * v, static_cast<__mmask16>((1u << left) - 1),
-                              a);
+                              _mm512_loadu_ps(acc.data() + t * kLaneRows + 16 * v));
       }
   }
 }
