@@ -194,6 +194,8 @@ CONVERTS = [
     ("hf_nested_tied", ["--mode", "mxfp4"], dict(q_mode="mxfp4")),
     ("mlx_untied_default_rope", ["--bits", "4", "--group-size", "32"],
      dict(q_bits=4, q_group_size=32)),
+    ("hf_nested_tied", ["--recipe", "mixed_3_6", "--group-size", "32"],
+     dict(quant_predicate="mixed_3_6", q_group_size=32)),
 ]
 
 
