@@ -148,6 +148,25 @@ inline void ActChunkOrder(const ActQ8& xq, std::vector<int8_t>* qx, std::vector<
   }
 }
 
+// tile.template operator()<kT>() for kT = nt (1..4): a tile's token count as a template argument.
+template <typename F>
+HWY_INLINE void WithTokens(int64_t nt, F& tile) {
+  switch (nt) {
+    case 1:
+      tile.template operator()<1>();
+      break;
+    case 2:
+      tile.template operator()<2>();
+      break;
+    case 3:
+      tile.template operator()<3>();
+      break;
+    default:
+      tile.template operator()<4>();
+      break;
+  }
+}
+
 // E2M1 codes to 2·value + 12.
 inline __m512i LutFp4(__m512i v) {
   return _mm512_shuffle_epi8(

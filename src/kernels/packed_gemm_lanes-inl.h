@@ -3,7 +3,7 @@
 // multiplies 16 rows by one token's 4 activations (a broadcast) and the sums stay in integers
 // for a whole block of 32 columns. Against tiles of row × token pairs that convert and scale
 // every 64-code step per pair, this is a third of the instructions per product.
-// Textually included by packed_matmul_q8.cc after packed_gemm_q8-inl.h (no include guard).
+// Textually included by packed_matmul_q8.cc after packed_codes_q8-inl.h (no include guard).
 #if HWY_TARGET == HWY_AVX3_DL
 
 constexpr int kLaneRows = 32, kLaneTokens = 4;
@@ -179,20 +179,7 @@ inline void GemmLanes(const PackedMatrix& w, const ActQ8& xq, const float* gsum,
             LaneTile<kT, false>(c0, c1, w.group, wq.data(), st.data(), bt.data(), tq, tr, td, tg,
                                 io);
         };
-        switch (std::min<int64_t>(kLaneTokens, n - t0)) {
-          case 1:
-            tile.template operator()<1>();
-            break;
-          case 2:
-            tile.template operator()<2>();
-            break;
-          case 3:
-            tile.template operator()<3>();
-            break;
-          default:
-            tile.template operator()<4>();
-            break;
-        }
+        WithTokens(std::min<int64_t>(kLaneTokens, n - t0), tile);
       }
     }
     // Rows past m are not stored.

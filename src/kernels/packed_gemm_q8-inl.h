@@ -96,20 +96,7 @@ inline void GemmQ8(const PackedMatrix& w, const ActQ8& xq, const float* gsum, fl
           else
             GemmTile<0, kT>(steps, gshift, tc, ts, tq, tr, td, out);
         };
-        switch (std::min<int64_t>(kTileTokens, n - t0)) {
-          case 1:
-            tile.template operator()<1>();
-            break;
-          case 2:
-            tile.template operator()<2>();
-            break;
-          case 3:
-            tile.template operator()<3>();
-            break;
-          default:
-            tile.template operator()<4>();
-            break;
-        }
+        WithTokens(std::min<int64_t>(kTileTokens, n - t0), tile);
         for (int t = 0; t < kTileTokens && t0 + t < n; ++t)
           for (int i = 0; i < kTileRows && i0 + i < m; ++i)
             y[(t0 + t) * ldy + s0 + i0 + i] =

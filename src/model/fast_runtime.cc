@@ -553,21 +553,27 @@ std::pair<size_t, size_t> kv_sizes(const ModelConfig& c, int64_t L, int64_t capa
           static_cast<size_t>(L * kvd * capacity)};
 }
 
-}  // namespace
-
-KvCache FastRuntime::new_cache(int64_t capacity) const {
+// An empty fast cache of L attention layers (no recurrent state).
+KvCache attention_cache(const ModelConfig& c, int64_t L, int64_t capacity, KvType type) {
   KvCache kv;
   kv.capacity = std::max<int64_t>(capacity, 0);
-  const auto [ks, vs] = kv_sizes(cfg, n_full, kv.capacity);
-  kv.conv.assign(static_cast<size_t>(n_linear * conv_size()), 0.0f);
-  kv.ssm.assign(static_cast<size_t>(n_linear * ssm_size()), 0.0f);
-  if (opts.kv_cache == KvType::kF16) {
+  const auto [ks, vs] = kv_sizes(c, L, kv.capacity);
+  if (type == KvType::kF16) {
     kv.layout = KvLayout::kFastF16;
     kv.k16.assign(ks, 0), kv.v16.assign(vs, 0);
   } else {
     kv.layout = KvLayout::kFastF32;
     kv.k.assign(ks, 0.0f), kv.v.assign(vs, 0.0f);
   }
+  return kv;
+}
+
+}  // namespace
+
+KvCache FastRuntime::new_cache(int64_t capacity) const {
+  KvCache kv = attention_cache(cfg, n_full, capacity, opts.kv_cache);
+  kv.conv.assign(static_cast<size_t>(n_linear * conv_size()), 0.0f);
+  kv.ssm.assign(static_cast<size_t>(n_linear * ssm_size()), 0.0f);
   return kv;
 }
 
@@ -883,17 +889,7 @@ Status FastRuntime::load_mtp(const ModelSource& src) {
 }
 
 KvCache FastRuntime::new_mtp_cache(int64_t capacity) const {
-  KvCache kv;
-  kv.capacity = std::max<int64_t>(capacity, 0);
-  const auto [ks, vs] = kv_sizes(cfg, 1, kv.capacity);
-  if (opts.kv_cache == KvType::kF16) {
-    kv.layout = KvLayout::kFastF16;
-    kv.k16.assign(ks, 0), kv.v16.assign(vs, 0);
-  } else {
-    kv.layout = KvLayout::kFastF32;
-    kv.k.assign(ks, 0.0f), kv.v.assign(vs, 0.0f);
-  }
-  return kv;
+  return attention_cache(cfg, 1, capacity, opts.kv_cache);
 }
 
 bool FastRuntime::fits_mtp(const KvCache& kv) const {
