@@ -6,11 +6,12 @@ has produced its first tokens, one completion with a PROMPT-token prompt (random
 arrives. For each stream the gaps between streamed text chunks are split into those before the
 long prompt arrived and those while it was prefilled (until its first token); the table gives
 p50/p99 of both, their ratio, and the long prompt's time to first token. Arms: `tq serve` with
-each --max-itl-factor given (0: off, whole prefill chunks), alternated round by round.
+each --max-itl-factor given (0: off, whole prefill chunks), times each --arm (extra tq serve flags,
+e.g. --arm '' --arm '--unpack-once on'), alternated round by round.
 
 Usage:
   bench/serve_itl.py MODEL [--factors 2,0] [--streams 2] [--prompt 4096] [--decode 1500]
-                     [--rounds 3] [--threads 2]
+                     [--rounds 3] [--threads 2] [--arm 'FLAGS' ...]
 Run it alone on the machine (flock /tmp/tq-bench.lock on a shared one).
 """
 import argparse
@@ -50,11 +51,11 @@ def stream(port, prompt, max_tokens, times, started):
                 started.release()
 
 
-def one_round(a, factor, seed):
+def one_round(a, factor, seed, extra=""):
     port = free_port()
     argv = [a.tq_bin, "serve", a.model, "--port", str(port), "--threads", str(a.threads),
             "--ctx", str(a.prompt + a.decode + 256), "--max-seqs", str(a.streams + 1),
-            "--max-itl-factor", str(factor)]
+            "--max-itl-factor", str(factor), *extra.split()]
     p = Proc(f"itl_{factor}", argv, port, "/health/ready")
     try:
         # Warm-up: a short prompt and a long one, so the prefill estimates exist.
@@ -98,26 +99,29 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tq-bin", default=str(ROOT / "build" / "tq"))
+    ap.add_argument("--arm", action="append", help="extra tq serve flags of one arm (repeatable)")
     a = ap.parse_args()
-    factors = [float(f) for f in a.factors.split(",")]
-    res = {f: [] for f in factors}
+    arms = [(float(f), e) for e in (a.arm or [""]) for f in a.factors.split(",")]
+    res = {arm: [] for arm in arms}
     for r in range(a.rounds):
-        for f in factors:
-            x = one_round(a, f, r)
-            res[f].append(x)
-            print(f"round {r + 1} factor {f:g}: ITL p50/p99 before {1e3 * x['before_p50']:.1f}/"
+        for arm in arms:
+            f, extra = arm
+            x = one_round(a, f, r, extra)
+            res[arm].append(x)
+            print(f"round {r + 1} factor {f:g} {extra}: ITL p50/p99 before {1e3 * x['before_p50']:.1f}/"
                   f"{1e3 * x['before_p99']:.1f} ms, during {1e3 * x['during_p50']:.1f}/"
                   f"{1e3 * x['during_p99']:.1f} ms ({x['gaps_during']} gaps), long prompt TTFT "
                   f"{x['ttft']:.2f} s", flush=True)
     print(f"\n{a.streams} streams decoding, a {a.prompt}-token prompt arrives; medians of "
           f"{a.rounds} rounds")
-    print("| --max-itl-factor | ITL p50 / p99 before (ms) | during its prefill (ms) | "
+    print("| --max-itl-factor | flags | ITL p50 / p99 before (ms) | during its prefill (ms) | "
           "p99 ratio | its TTFT (s) |")
-    print("|---|---|---|---|---|")
-    for f in factors:
-        m = {k: statistics.median(x[k] for x in res[f])
+    print("|---|---|---|---|---|---|")
+    for arm in arms:
+        f, extra = arm
+        m = {k: statistics.median(x[k] for x in res[arm])
              for k in ("before_p50", "before_p99", "during_p50", "during_p99", "ttft")}
-        print(f"| {f:g} | {1e3 * m['before_p50']:.1f} / {1e3 * m['before_p99']:.1f} | "
+        print(f"| {f:g} | {extra or '-'} | {1e3 * m['before_p50']:.1f} / {1e3 * m['before_p99']:.1f} | "
               f"{1e3 * m['during_p50']:.1f} / {1e3 * m['during_p99']:.1f} | "
               f"{m['during_p99'] / max(m['before_p99'], 1e-9):.2f} | {m['ttft']:.2f} |")
 

@@ -370,6 +370,42 @@ TEST(PackedMatmul, KeptLanesGiveTheUnpackingKernelsBits) {
   }
 }
 
+// packed_q8_reads_nibbles says which calls read ActQ8's nibble-order planes (the runtime skips
+// filling them otherwise): where it says no, poisoned planes give the same bits; where it says
+// yes, other results.
+TEST(PackedMatmul, ReadsNibblesSaysWhoReadsTheNibbleOrder) {
+  const int64_t rows = 40, cols = 576;
+  uint32_t seed = 500;
+  for (const Spec& sp : {Spec{WeightFormat::kAffine, 4, 64, DType::kBF16},
+                         Spec{WeightFormat::kAffine, 3, 64, DType::kBF16},
+                         Spec{WeightFormat::kAffine, 8, 32, DType::kF32},
+                         Spec{WeightFormat::kMxfp4, 4, 32, DType::kU8}}) {
+    Case c = make_case(sp.f, sp.bits, sp.group, sp.sdt, rows, cols, seed++);
+    SCOPED_TRACE(weight_format_str(c.m));
+    for_each_target([&] {
+      if (!packed_q8_supported(c.m)) return;
+      for (int64_t n : {1, 3, 16, 20})
+        for (BatchKernel k : {BatchKernel::kAuto, BatchKernel::kPerToken, BatchKernel::kTiles}) {
+          const bool reads = packed_q8_reads_nibbles(c.m, n, k);
+          SCOPED_TRACE("tokens " + std::to_string(n) + " kernel " +
+                       std::to_string(static_cast<int>(k)));
+          std::vector<float> x = random_x(n, cols, seed++);
+          ActQ8 xq;
+          quantize_act_q8(x.data(), n, cols, &xq);
+          std::vector<float> y0(static_cast<size_t>(n * rows)), y1(y0.size());
+          packed_matmul_q8(c.m, xq, y0.data(), rows, 0, rows, true, k);
+          std::fill(xq.q4.begin(), xq.q4.end(), int8_t{77});
+          std::fill(xq.r4.begin(), xq.r4.end(), int8_t{-77});
+          packed_matmul_q8(c.m, xq, y1.data(), rows, 0, rows, true, k);
+          if (reads)
+            EXPECT_NE(y0, y1);
+          else
+            EXPECT_EQ(y0, y1);
+        }
+    });
+  }
+}
+
 // The AMX tile kernel against its scalar reference (and, loosely, the f32 product): every
 // affine width, groups 64/128, f32 and bf16 scales, token counts that leave partial 16-token
 // tiles, row ranges split at 16; the tiles hold exactly the scalar quantizer's values.
