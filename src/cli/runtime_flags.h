@@ -52,7 +52,6 @@ inline void add_runtime_flags(CLI::App& app, RuntimeOptions* o) {
           "BYTES"))
       ->capture_default_str();
   auto on_off = [&app](const char* name, bool* dst, const char* env, const char* help) {
-    const char* def = *dst ? "on" : "off";
     app.add_option_function<std::string>(
            name, [dst](const std::string& v) { *dst = v == "on" || v == "1"; }, help)
         ->envname(env)
@@ -64,15 +63,11 @@ inline void add_runtime_flags(CLI::App& app, RuntimeOptions* o) {
                                v + "'";
             },
             "on|off"))
-        ->default_str(def);
+        ->default_str("on");
   };
   on_off("--tiles", &o->tiles, "TQ_TILES",
          "fast runtime: on: batches stay on the integer register tiles where they exist; off: "
          "they go to f32 + OpenBLAS from 48 tokens");
-  on_off("--unpack-once", &o->unpack_once, "TQ_UNPACK_ONCE",
-         "fast runtime: on: keep every matrix's codes also unpacked for the batch kernels (one "
-         "more byte per weight in memory; batches of 16+ tokens skip unpacking them, same "
-         "results; AVX-512 VNNI CPUs). Default on for eval, ppl and kl, off elsewhere");
   on_off("--amx", &o->amx, "TQ_AMX",
          "fast runtime: on: int8 batches of 16+ tokens use AMX where the CPU has it");
 }

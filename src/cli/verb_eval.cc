@@ -76,7 +76,6 @@ const bool kRegistered = register_verb(
        app.add_flag("--json", o->json, "Print one JSON object");
        app.add_flag("--items", o->items, "With --json: every item's result (for pairing)");
        add_db_flags(app, &o->db);
-       o->runtime.unpack_once = true;  // prefill is all the work here
        add_runtime_flags(app, &o->runtime);
        return [o] { return run_eval(*o); };
      }});

@@ -92,7 +92,6 @@ const bool kRegistered = register_verb(
                       "mass); KL from such a file is a lower bound");
        app.add_flag("--json", o->json, "Print one JSON object");
        add_db_flags(app, &o->db);
-       o->runtime.unpack_once = true;  // prefill is all the work here
        add_runtime_flags(app, &o->runtime);
        return [o] { return run_kl(*o); };
      }});

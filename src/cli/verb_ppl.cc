@@ -50,7 +50,6 @@ const bool kRegistered = register_verb(
        add_text_window_flags(app, &o->text);
        app.add_flag("--json", o->json, "Print one JSON object");
        add_db_flags(app, &o->db);
-       o->runtime.unpack_once = true;  // prefill is all the work here
        add_runtime_flags(app, &o->runtime);
        return [o] { return run_ppl(*o); };
      }});

@@ -7,7 +7,6 @@
 #if HWY_TARGET == HWY_AVX3_DL
 
 constexpr int kLaneRows = 32, kLaneTokens = 4;
-constexpr int64_t kLaneChunk = 512;  // columns unpacked at a time: they stay in L1
 
 // o[j] = dword j of each r[l] in lane l: a 16×16 transpose of 4-byte elements.
 HWY_INLINE void Transpose16x16(const __m512i* r, __m512i* o) {
@@ -132,11 +131,10 @@ HWY_INLINE void LaneTile(int64_t c0, int64_t c1, int64_t group, const uint8_t* w
 
 // Rows [r0, r1) for every token of xq (gsum: Σx per group per token, G per token); every affine
 // width, mxfp4 and nvfp4.
-// A strip's quads are made kLaneChunk columns at a time, so they stay in L1 while the tokens
-// pass; strips that start at a multiple of 32 read them from w.lanes where it is set.
+// A strip's quads are made kChunk columns at a time, so they stay in L1 while the tokens pass.
 inline void GemmLanes(const PackedMatrix& w, const ActQ8& xq, const float* gsum, float* y,
                       int64_t ldy, int64_t r0, int64_t r1) {
-  constexpr int64_t kChunk = kLaneChunk;
+  constexpr int64_t kChunk = 512;
   const int64_t cols = w.cols, G = w.groups(), n = xq.n, nb = cols / 32;
   const bool fp4 = w.format != WeightFormat::kAffine;
   const Unpack64Tables tab = MakeUnpack64(w.bits);
@@ -160,11 +158,9 @@ inline void GemmLanes(const PackedMatrix& w, const ActQ8& xq, const float* gsum,
         bt[g * kLaneRows + i] = sb[std::min(i, m - 1) * G + g];
       }
     std::fill(acc.begin(), acc.end(), 0.0f);
-    const uint8_t* kept = w.lanes != nullptr && s0 % kLaneRows == 0 ? w.lanes + s0 * cols : nullptr;
     for (int64_t c0 = 0; c0 < cols; c0 += kChunk) {
       const int64_t c1 = std::min(cols, c0 + kChunk);
-      const uint8_t* quads = kept != nullptr ? kept + kLaneRows * c0 : wq.data();
-      if (kept == nullptr) InterleaveStrip(w, tab, fp4, s0, m, c0, c1, wq.data());
+      InterleaveStrip(w, tab, fp4, s0, m, c0, c1, wq.data());
       for (int64_t t0 = 0; t0 < n; t0 += kLaneTokens) {
         const int8_t *tq[kLaneTokens], *tr[kLaneTokens];
         const float *td[kLaneTokens], *tg[kLaneTokens];
@@ -177,9 +173,11 @@ inline void GemmLanes(const PackedMatrix& w, const ActQ8& xq, const float* gsum,
         float* io = acc.data() + t0 * kLaneRows;
         auto tile = [&]<int kT>() {
           if (w.group == 16)
-            LaneTile<kT, true>(c0, c1, w.group, quads, st.data(), bt.data(), tq, tr, td, tg, io);
+            LaneTile<kT, true>(c0, c1, w.group, wq.data(), st.data(), bt.data(), tq, tr, td, tg,
+                               io);
           else
-            LaneTile<kT, false>(c0, c1, w.group, quads, st.data(), bt.data(), tq, tr, td, tg, io);
+            LaneTile<kT, false>(c0, c1, w.group, wq.data(), st.data(), bt.data(), tq, tr, td, tg,
+                                io);
         };
         WithTokens(std::min<int64_t>(kLaneTokens, n - t0), tile);
       }
@@ -191,19 +189,6 @@ inline void GemmLanes(const PackedMatrix& w, const ActQ8& xq, const float* gsum,
         _mm512_mask_storeu_ps(y + t * ldy + s0 + 16 * v, static_cast<__mmask16>((1u << left) - 1),
                               _mm512_loadu_ps(acc.data() + t * kLaneRows + 16 * v));
       }
-  }
-}
-
-// Strips [s_begin, s_end) of 32 rows of w's quads as GemmLanes reads them: strip s at
-// out + 32·s·cols, each chunk of columns as InterleaveStrip writes it (PackedMatrix::lanes).
-inline void LanesFill(const PackedMatrix& w, int64_t s_begin, int64_t s_end, uint8_t* out) {
-  const bool fp4 = w.format != WeightFormat::kAffine;
-  const Unpack64Tables tab = MakeUnpack64(w.bits);
-  for (int64_t s = s_begin; s < s_end; ++s) {
-    const int64_t s0 = s * kLaneRows, m = std::min<int64_t>(kLaneRows, w.rows - s0);
-    for (int64_t c0 = 0; c0 < w.cols; c0 += kLaneChunk)
-      InterleaveStrip(w, tab, fp4, s0, m, c0, std::min(w.cols, c0 + kLaneChunk),
-                      out + s0 * w.cols + kLaneRows * c0);
   }
 }
 

@@ -81,12 +81,6 @@ bool packed_q8_supported(const PackedMatrix& w);
 // Whether packed_matmul_q8 runs batches of 16+ tokens of this matrix as register tiles (codes
 // unpacked once per strip of rows, 4 rows × 4 tokens per tile: AVX3_DL, columns % 64 == 0).
 bool packed_q8_tiles_supported(const PackedMatrix& w);
-// The batch kernels' own copy of w's codes (AVX3_DL: strips of 32 rows, codes as bytes in
-// quads across the lanes): its bytes (0 where the dispatched ISA reads none), and strips
-// [s_begin, s_end) of it written to out. With PackedMatrix::lanes pointing at it, batches skip
-// unpacking their strips; the results are the same bits.
-int64_t packed_lanes_bytes(const PackedMatrix& w);
-void packed_lanes_fill(const PackedMatrix& w, int64_t s_begin, int64_t s_end, uint8_t* out);
 // Whether packed_matmul_q8 of n tokens of this matrix with this choice reads ActQ8's q4 / r4.
 bool packed_q8_reads_nibbles(const PackedMatrix& w, int64_t n, BatchKernel kernel);
 // y as packed_matmul, from int8 activations (only where packed_q8_supported). `parts`: the rows

@@ -428,16 +428,6 @@ bool TilesSupportedImpl(const PackedMatrix& w) {
 #endif
 }
 
-int64_t LanesBytesImpl(const PackedMatrix& w) {
-#if defined(TQ_Q8_KERNELS) && HWY_TARGET == HWY_AVX3_DL
-  if (!TilesSupportedImpl(w)) return 0;
-  return (w.rows + 31) / 32 * 32 * w.cols;
-#else
-  (void)w;
-  return 0;
-#endif
-}
-
 const char* Int8PathImpl() {
 #ifdef TQ_Q8_KERNELS
   return kVnni ? "avx512-vnni" : k512 ? "avx512/avx2 (no 8-bit)" : "avx2 (no 8-bit)";
@@ -509,14 +499,6 @@ bool ReadsNibblesImpl(const PackedMatrix& w, int64_t n, BatchKernel kernel) {
 #else
   (void)w, (void)n, (void)kernel;
   return false;
-#endif
-}
-
-void LanesFillImpl(const PackedMatrix& w, int64_t s_begin, int64_t s_end, uint8_t* out) {
-#if defined(TQ_Q8_KERNELS) && HWY_TARGET == HWY_AVX3_DL
-  if (TilesSupportedImpl(w)) LanesFill(w, s_begin, s_end, out);
-#else
-  (void)w, (void)s_begin, (void)s_end, (void)out;
 #endif
 }
 
@@ -705,8 +687,6 @@ HWY_EXPORT(ReadsNibblesImpl);
 HWY_EXPORT(QuantizeBlocksImpl);
 HWY_EXPORT(MatmulQ8Impl);
 HWY_EXPORT(Int8PathImpl);
-HWY_EXPORT(LanesBytesImpl);
-HWY_EXPORT(LanesFillImpl);
 
 const char* packed_int8_path() { return HWY_DYNAMIC_DISPATCH(Int8PathImpl)(); }
 
@@ -719,14 +699,6 @@ bool packed_q8_supported(const PackedMatrix& w) { return HWY_DYNAMIC_DISPATCH(Su
 
 bool packed_q8_tiles_supported(const PackedMatrix& w) {
   return HWY_DYNAMIC_DISPATCH(TilesSupportedImpl)(w);
-}
-
-int64_t packed_lanes_bytes(const PackedMatrix& w) {
-  return HWY_DYNAMIC_DISPATCH(LanesBytesImpl)(w);
-}
-
-void packed_lanes_fill(const PackedMatrix& w, int64_t s_begin, int64_t s_end, uint8_t* out) {
-  HWY_DYNAMIC_DISPATCH(LanesFillImpl)(w, s_begin, s_end, out);
 }
 
 bool packed_q8_reads_nibbles(const PackedMatrix& w, int64_t n, BatchKernel kernel) {

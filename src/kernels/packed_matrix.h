@@ -25,9 +25,6 @@ struct PackedMatrix {
   const uint8_t* data = nullptr;    // rows * row_bytes() bytes, row-major
   const uint8_t* scales = nullptr;  // [rows, cols / group] of scale_dtype (quantized only)
   const uint8_t* biases = nullptr;  // [rows, cols / group] of scale_dtype (affine only)
-  // Optional: the codes unpacked as the batch kernels read them (packed_lanes_fill), kept by
-  // the owner of the matrix; null: they unpack each strip as they go.
-  const uint8_t* lanes = nullptr;
 
   int64_t row_bytes() const { return cols * bits / 8; }
   int64_t groups() const { return group > 0 ? cols / group : 0; }

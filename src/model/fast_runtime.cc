@@ -115,10 +115,9 @@ class FastRuntime final : public Runtime {
   ModelConfig cfg;
   RuntimeOptions opts;
   std::vector<double> inv_freq;
-  std::unique_ptr<DirTensorSource> dir;    // the mapped files the matrices point into
-  std::deque<std::vector<float>> owned;    // f32 matrices that could not be used in place
-  std::deque<MlxQuantBytes> owned_quant;   // GGUF blocks re-encoded as MLX quantizations
-  std::deque<std::vector<uint8_t>> lanes;  // RuntimeOptions::unpack_once: PackedMatrix::lanes
+  std::unique_ptr<DirTensorSource> dir;   // the mapped files the matrices point into
+  std::deque<std::vector<float>> owned;   // f32 matrices that could not be used in place
+  std::deque<MlxQuantBytes> owned_quant;  // GGUF blocks re-encoded as MLX quantizations
   ModelTensors<PackedMatrix> t;
   // qwen3_5's MTP head (RuntimeOptions::mtp): its mapped files and tensors; its layer runs
   // as layer num_hidden_layers, slot 0 of its own cache.
@@ -150,8 +149,6 @@ class FastRuntime final : public Runtime {
   mutable ActTiles xt;
 
   Result<PackedMatrix> matrix(const TensorSource& ts, const TensorSpec& s);
-  // RuntimeOptions::unpack_once: each matrix's codes unpacked for the batch kernels, over the pool.
-  void unpack_once();
   // Points io at the scratch for n rows, of which out_rows get logits.
   void bind(FastIo& io, int64_t n, int64_t out_rows) const;
   Status vec(const TensorSource& ts, const TensorSpec& s, std::vector<float>* out);
@@ -332,9 +329,7 @@ void FastRuntime::run(std::initializer_list<MatJob> jobs, const float* xin, int6
   }
   // The int8 kernels read each slice's rows from several parts of it at once for every model,
   // not only those larger than the last-level cache: a shared LLC holds less than it says.
-  // Slices on whole strips of 32 rows where the batch kernels read kept codes (unpack_once).
-  const int64_t align = jobs.begin()->w->lanes != nullptr ? 32 : 8;
-  split_rows(jobs, n, align, slices_per_thread, [&](const MatJob& j, int64_t lo, int64_t hi) {
+  split_rows(jobs, n, 8, slices_per_thread, [&](const MatJob& j, int64_t lo, int64_t hi) {
     const bool int8 = q8 && packed_q8_supported(*j.w);
     float* y2 = j.y + s * j.ldy;
     if (s > 0) {
@@ -518,7 +513,6 @@ Result<std::unique_ptr<Runtime>> load_fast_runtime(const ModelSource& src,
   TQ_CHECK_OK(load_model_tensors(m.cfg, m.t, Get{m, ts}, progress));
   if (m.t.tied) m.t.lm_head = m.t.embed;
   if (opts.mtp) TQ_CHECK_OK(m.load_mtp(src));
-  if (opts.unpack_once && opts.activations != ActPath::kF32) m.unpack_once();
   const long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
   const bool dram = fm->bytes_per_token() >= static_cast<uint64_t>(llc > 0 ? llc : 32 << 20);
   m.slices_per_thread = dram ? 1 : 4;
@@ -541,34 +535,12 @@ Result<std::unique_ptr<Runtime>> load_fast_runtime(const ModelSource& src,
   return std::unique_ptr<Runtime>(std::move(fm));
 }
 
-void FastRuntime::unpack_once() {
-  std::vector<PackedMatrix*> ws;
-  for (FastLayer& L : t.layers) {
-    for (PackedMatrix* w : {&L.q, &L.k, &L.v, &L.o, &L.lin_qkv, &L.lin_z, &L.lin_b, &L.lin_a,
-                            &L.lin_out, &L.gate, &L.up, &L.down})
-      ws.push_back(w);
-  }
-  ws.push_back(&t.lm_head);
-  for (PackedMatrix* w : ws) {
-    const int64_t bytes = w->data != nullptr ? packed_lanes_bytes(*w) : 0;
-    if (bytes == 0) continue;
-    std::vector<uint8_t>& v = lanes.emplace_back(static_cast<size_t>(bytes));
-    pool->parallel_for((w->rows + 31) / 32,
-                       [&](int64_t b, int64_t e) { packed_lanes_fill(*w, b, e, v.data()); });
-    w->lanes = v.data();
-  }
-}
-
 std::string FastRuntime::name() const {
   const ActPath a = opts.activations;
-  size_t kept = 0;
-  for (const auto& v : lanes) kept += v.size();
-  return fmt::format(
-      "fast ({}, {} threads, {} activations{})", packed_kernel_isa(), pool->size(),
-      a == ActPath::kAuto   ? "auto"
-      : a == ActPath::kInt8 ? "int8"
-                            : "f32",
-      kept > 0 ? fmt::format(", codes unpacked once: {:.0f} MiB", kept / 1048576.0) : "");
+  return fmt::format("fast ({}, {} threads, {} activations)", packed_kernel_isa(), pool->size(),
+                     a == ActPath::kAuto   ? "auto"
+                     : a == ActPath::kInt8 ? "int8"
+                                           : "f32");
 }
 
 namespace {

@@ -80,10 +80,6 @@ struct RuntimeOptions {
   // (a server's promise): one-token sequences take the per-token kernels and longer ones the
   // batch kernels whatever the batch holds; never OpenBLAS or AMX.
   bool batch_invariant = false;
-  // Fast runtime: every matrix the batch kernels take also kept with its codes unpacked in their
-  // layout (one more byte per weight in memory), so batches of 16+ tokens skip unpacking them;
-  // the same results. Worth it where prefill is all the work (eval, ppl, kl).
-  bool unpack_once = false;
   // qwen3_5: load the multi-token-prediction head too (Transformer::mtp_forward); an error when
   // the model has none (docs/QWEN35.md "The MTP companion").
   bool mtp = false;

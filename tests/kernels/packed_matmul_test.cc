@@ -320,56 +320,6 @@ TEST(PackedMatmul, Int8ActivationsEqualTheirScalarReference) {
   }
 }
 
-// The batch kernels' kept copy of the codes (packed_lanes_fill) gives the bits of unpacking
-// each strip: every width the lanes take, rows that leave a partial strip, 576 and 1600
-// columns (a partial 512-column chunk), ranges that start inside a strip (which unpack).
-TEST(PackedMatmul, KeptLanesGiveTheUnpackingKernelsBits) {
-  const int64_t rows = 45;
-  uint32_t seed = 300;
-  int checked = 0;
-  std::vector<Spec> specs;
-  for (int bits : {2, 3, 4, 5, 6, 8})
-    for (int g : {32, 64, 128}) specs.push_back({WeightFormat::kAffine, bits, g, DType::kBF16});
-  specs.push_back({WeightFormat::kAffine, 4, 64, DType::kF16});
-  specs.push_back({WeightFormat::kMxfp4, 4, 32, DType::kU8});
-  specs.push_back({WeightFormat::kNvfp4, 4, 16, DType::kU8});
-  for (const Spec& sp : specs)
-    for (int64_t cols : {int64_t{576}, int64_t{1600}}) {
-      if (cols % sp.group != 0) continue;
-      Case c = make_case(sp.f, sp.bits, sp.group, sp.sdt, rows, cols, seed++);
-      SCOPED_TRACE(weight_format_str(c.m) + " cols " + std::to_string(cols));
-      for_each_target([&] {
-        const int64_t bytes = packed_lanes_bytes(c.m);
-        if (bytes == 0) return;
-        EXPECT_TRUE(packed_q8_tiles_supported(c.m));
-        ASSERT_EQ(bytes, 64 * cols);
-        ++checked;
-        std::vector<uint8_t> kept(static_cast<size_t>(bytes), 0xA5);
-        packed_lanes_fill(c.m, 0, 1, kept.data());
-        packed_lanes_fill(c.m, 1, 2, kept.data());
-        PackedMatrix with = c.m;
-        with.lanes = kept.data();
-        for (int64_t n : {1, 3, 17}) {
-          std::vector<float> x = random_x(n, cols, seed++);
-          ActQ8 xq;
-          quantize_act_q8(x.data(), n, cols, &xq);
-          for (auto [a, b] : {std::pair<int64_t, int64_t>{0, 32}, {32, rows}, {8, rows}}) {
-            SCOPED_TRACE("tokens " + std::to_string(n) + " rows " + std::to_string(a) + ".." +
-                         std::to_string(b));
-            std::vector<float> y0(static_cast<size_t>(n * rows), NAN), y1 = y0;
-            packed_matmul_q8(c.m, xq, y0.data(), rows, a, b, true, BatchKernel::kTiles);
-            packed_matmul_q8(with, xq, y1.data(), rows, a, b, true, BatchKernel::kTiles);
-            for (size_t i = 0; i < y0.size(); ++i)
-              ASSERT_EQ(std::memcmp(&y0[i], &y1[i], sizeof(float)), 0) << "element " << i;
-          }
-        }
-      });
-    }
-  if (std::string(packed_int8_path()) == "avx512-vnni") {
-    EXPECT_GT(checked, 0);
-  }
-}
-
 // packed_q8_reads_nibbles says which calls read ActQ8's nibble-order planes (the runtime skips
 // filling them otherwise): where it says no, poisoned planes give the same bits; where it says
 // yes, other results.

@@ -340,13 +340,3 @@ def test_kl_smollm2_against_mlx_4bit_matches_numpy(tmp_path):
     for k in ("ppl_base", "ppl_candidate"):
         assert ours[k] == pytest.approx(ref[k], rel=1e-3), (k, ours[k], ref[k])
     assert abs(ours["top1_agreement"] - ref["top1_agreement"]) <= 2.0 / ref["tokens"] + 1e-12
-
-
-@pytest.mark.skipif(not GGUF.exists(), reason=f"asset missing: {GGUF}")
-def test_codes_unpacked_once_give_the_same_perplexity():
-    # ppl keeps the codes unpacked for the batch kernels by default (where the CPU has them):
-    # the same bits as unpacking each strip per call.
-    args = ("ppl", GGUF, "--text", WIKI, "--windows", 2, "--seq-len", 128, "--no-db")
-    on, off = tq_json(*args), tq_json(*args, "--unpack-once", "off")
-    assert on["ppl"] == off["ppl"] and on["ppl_se"] == off["ppl_se"]
-    assert "unpacked once" not in off["runtime"], off["runtime"]
