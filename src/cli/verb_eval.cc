@@ -17,6 +17,7 @@ struct EvalOptions {
   std::string model, base, tasks, data;
   eval::TaskOptions task;
   bool chat = false, raw = false, json = false, items = false;
+  int batch = 4;
   DbFlags db;
   RuntimeOptions runtime;
 };
@@ -24,6 +25,7 @@ struct EvalOptions {
 Status run_eval(const EvalOptions& o) {
   if (o.task.limit < 0) return err("--limit must be >= 0, got {}", o.task.limit);
   if (o.task.shots < -1) return err("--shots must be >= 0, got {}", o.task.shots);
+  if (o.batch < 1 || o.batch > 64) return err("--batch must be 1..64, got {}", o.batch);
   eval::TaskEvalRequest req;
   req.model = o.model;
   req.base = o.base;
@@ -32,6 +34,7 @@ Status run_eval(const EvalOptions& o) {
   req.options.chat = o.chat;
   req.data_dir = o.data;
   req.runtime = o.runtime;
+  req.batch = o.batch;
   req.show_progress = world().rank() == 0;
   TQ_TRY(eval::TaskEvalResult r, eval::run_task_eval(req));
   if (world().rank() != 0) return ok_status();
@@ -73,6 +76,10 @@ const bool kRegistered = register_verb(
        app.add_option("--data", o->data,
                       "Directory of the task JSONL files (default: $TQ_EVAL_DATA, else "
                       "$TQ_CACHE/eval, which scripts/setup fills)");
+       app.add_option("--batch", o->batch,
+                      "Log-likelihood items whose contexts are prefilled side by side in one "
+                      "forward (1: item by item; scores equal up to the kernels' last bits)")
+           ->capture_default_str();
        app.add_flag("--json", o->json, "Print one JSON object");
        app.add_flag("--items", o->items, "With --json: every item's result (for pairing)");
        add_db_flags(app, &o->db);

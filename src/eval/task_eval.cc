@@ -53,6 +53,9 @@ int first_max(const std::vector<double>& v) {
   return best;
 }
 
+ItemResult choice_result(const Task& t, const TaskItem& it,
+                         const std::vector<ContinuationScore>& s);
+
 Result<ItemResult> score_item(Arm& a, const Task& t, const TaskItem& it) {
   ItemResult res;
   res.doc = it.doc;
@@ -74,6 +77,13 @@ Result<ItemResult> score_item(Arm& a, const Task& t, const TaskItem& it) {
     return res;
   }
   TQ_TRY(std::vector<ContinuationScore> s, a.scorer->score(it.requests));
+  return choice_result(t, it, s);
+}
+
+ItemResult choice_result(const Task& t, const TaskItem& it,
+                         const std::vector<ContinuationScore>& s) {
+  ItemResult res;
+  res.doc = it.doc;
   for (const ContinuationScore& c : s) res.ll.push_back(c.ll);
   if (t.kind == TaskKind::kLastWord) {
     res.hit[0] = s[0].greedy;
@@ -117,16 +127,31 @@ ItemResult item_from_json(const json& j) {
 }
 
 // Each rank scores a contiguous range of items; rank 0 gathers them in item order.
-Result<std::vector<ItemResult>> score_items(Arm& a, const Task& t, Comm& comm,
+Result<std::vector<ItemResult>> score_items(Arm& a, const Task& t, Comm& comm, int batch,
                                             const std::function<void()>& tick) {
   const RankRange mine = rank_range(int64_t(t.items.size()), comm.rank(), comm.size());
   std::vector<ItemResult> out;
-  for (int64_t i = mine.begin; i < mine.end; ++i) {
-    auto scored = score_item(a, t, t.items[size_t(i)]);
+  const int64_t b = t.kind == TaskKind::kGenerate ? 1 : std::max(1, batch);
+  for (int64_t i = mine.begin; i < mine.end; i += b) {
+    const int64_t e = std::min(mine.end, i + b);
+    if (b == 1) {
+      auto scored = score_item(a, t, t.items[size_t(i)]);
+      if (!scored)
+        return err("{} item {}: {}", t.name, t.items[size_t(i)].doc, scored.error().message);
+      out.push_back(std::move(*scored));
+      tick();
+      continue;
+    }
+    std::vector<std::span<const LlRequest>> reqs;
+    for (int64_t k = i; k < e; ++k) reqs.push_back(t.items[size_t(k)].requests);
+    auto scored = a.scorer->score_items(reqs, int(b));
     if (!scored)
-      return err("{} item {}: {}", t.name, t.items[size_t(i)].doc, scored.error().message);
-    out.push_back(std::move(*scored));
-    tick();
+      return err("{} items {}..{}: {}", t.name, t.items[size_t(i)].doc, t.items[size_t(e - 1)].doc,
+                 scored.error().message);
+    for (int64_t k = i; k < e; ++k) {
+      out.push_back(choice_result(t, t.items[size_t(k)], (*scored)[size_t(k - i)]));
+      tick();
+    }
   }
   if (comm.size() == 1) return out;
   if (comm.rank() != 0) {
@@ -243,7 +268,7 @@ Result<TaskEvalResult> run_task_eval(const TaskEvalRequest& r) {
     out.base = b->m.path;
     out.base_fingerprint = b->m.fingerprint;
     for (size_t i = 0; i < tasks.size(); ++i) {
-      TQ_TRY(base_items[i], score_items(*b, tasks[i], comm, tick));
+      TQ_TRY(base_items[i], score_items(*b, tasks[i], comm, r.batch, tick));
     }
   }
   TQ_TRY(std::unique_ptr<Arm> a, open_arm(r.model, r));
@@ -260,7 +285,7 @@ Result<TaskEvalResult> run_task_eval(const TaskEvalRequest& r) {
     tr.n = int64_t(t.items.size());
     tr.protocol = task_protocol(t, r.options, a->max_len);
     ProgressLine clock("", 0, false);
-    TQ_TRY(std::vector<ItemResult> items, score_items(*a, t, comm, tick));
+    TQ_TRY(std::vector<ItemResult> items, score_items(*a, t, comm, r.batch, tick));
     tr.seconds = clock.elapsed_s();
     tr.model = summarize(t.kind, std::move(items));
     if (!r.base.empty()) {

@@ -25,6 +25,9 @@ struct TaskEvalRequest {
   std::string data_dir;  // empty: default_eval_data_dir()
   RuntimeOptions runtime;
   bool show_progress = true;
+  // Log-likelihood items whose contexts are prefilled side by side in one forward (1: item by
+  // item); the scores are those of scoring each alone, up to the kernels' last bits.
+  int batch = 4;
 };
 
 // One item on one model. Metric 0 / 1: acc / acc_norm (multiple choice), acc / - (LAMBADA),

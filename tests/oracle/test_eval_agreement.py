@@ -120,3 +120,25 @@ def test_paired_run_records_and_reports(f32, tmp_path):
     rep = run_tq("report", "--db", db, "--table", "-o", tmp_path / "r.html")
     assert rep.returncode == 0, rep.stderr
     assert "task acc %" in rep.stdout and "arc_easy " in rep.stdout, rep.stdout
+
+
+def test_batched_items_score_as_item_by_item():
+    """--batch prefills several items' contexts in one forward: on the 4-bit GGUF the scores
+    equal item-by-item scoring bit for bit where every context feeds 16+ new tokens (the same
+    kernels per token), and within the runtime's rounding elsewhere (ARC's short contexts)."""
+    if not GGUF.exists() or not (DATA / "mmlu.jsonl").exists():
+        pytest.skip(f"asset missing: {GGUF} or {DATA} (run ./scripts/setup)")
+    runs = {}
+    for b in (1, 3):
+        r = run_tq("eval", GGUF, "--task", "mmlu,boolq,lambada,winogrande,arc_easy", "--limit", 7,
+                   "--seed", 4, "--no-db", "--json", "--items", "--batch", b)
+        assert r.returncode == 0, r.stderr
+        runs[b] = {t["task"]: t["items"] for t in json.loads(r.stdout)["tasks"]}
+    for task, items in runs[1].items():
+        for x, y in zip(items, runs[3][task]):
+            assert x["doc"] == y["doc"]
+            if task == "arc_easy":
+                assert np.allclose(x["ll"], y["ll"], atol=0.05), (task, x, y)
+            else:
+                assert x["ll"] == y["ll"], (task, x, y)
+    assert run_tq("eval", GGUF, "--task", "mmlu", "--batch", 0).returncode != 0
