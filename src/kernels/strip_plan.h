@@ -15,12 +15,12 @@ namespace tq {
 constexpr int64_t kStripPartBytes = 2048;
 
 struct StripPlan {
-  // With parts, a strip is one kernel step's rows (8 below 8 bits, 4 at 8-bit) from S equal
-  // parts of [r0, r1), A adjacent rows (at most kStripPartBytes of codes) from each: a core keeps
-  // more misses in flight over several distant streams than over one run of adjacent rows
+  // With parts, a strip is one kernel step's rows (8 below 8 bits and mxfp8, 4 at 8-bit) from S
+  // equal parts of [r0, r1), A adjacent rows (at most kStripPartBytes of codes) from each: a core
+  // keeps more misses in flight over several distant streams than over one run of adjacent rows
   // (bench/README.md, "What moved it"). Otherwise a strip is R adjacent rows.
   StripPlan(const PackedMatrix& w, int64_t r0, int64_t r1, bool parts) : r0(r0), r1(r1) {
-    R = w.bits <= 6 || !parts ? 8 : 4;
+    R = w.bits <= 6 || !parts || w.format == WeightFormat::kMxfp8 ? 8 : 4;
     A = R;
     if (parts) {
       A = 1;

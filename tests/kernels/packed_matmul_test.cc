@@ -271,8 +271,9 @@ TEST(PackedMatmul, Mxfp8DecodeGivesEveryCodeExactly) {
   });
 }
 
-// mxfp8 decode over the strips the kernel reads: 2048 columns take a strip's 4 rows from 4
-// parts of the range, 160 columns (5 groups) adjacent rows; ranges that leave single rows.
+// mxfp8 decode over the strips the kernel reads: 2048 columns take a strip's 8 rows from 8
+// parts of the range, 160 columns (5 groups) 8 adjacent rows; ranges that leave 4-row steps
+// and single rows.
 TEST(PackedMatmul, Mxfp8DecodeEqualsTheReferenceOverStrips) {
   const int64_t rows = 21;
   uint32_t seed = 200;
