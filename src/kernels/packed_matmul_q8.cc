@@ -161,19 +161,10 @@ inline __m128 Load2(const float* p) {
 }
 
 // Decode reads each weight once, from DRAM on a model larger than the caches, and the hardware
-// prefetcher alone falls behind. The kernels request the same chunk PrefetchDistance() bytes
+// prefetcher alone falls behind. The kernels request the same chunk strip_prefetch_distance() bytes
 // further on with every load: spread over the compute, no burst that stalls on full fill
 // buffers. An asm statement: GCC 12 deletes _mm_prefetch loops.
 inline void Prefetch(const uint8_t* p) { asm volatile("prefetcht0 %0" : : "m"(*p)); }
-
-// Adjacent strips: at least the 4 rows one step reads, at least 8 KB ahead. Parts of a range
-// are one stream each, so a short distance per part: the A rows a strip takes from it,
-// at least 2 KB (the distances measured are in bench/README.md).
-inline int64_t PrefetchDistance(const PackedMatrix& w, const StripPlan& plan) {
-  const int64_t rb = w.row_bytes();
-  if (plan.S > 1) return std::max<int64_t>(plan.A, 2048 / rb) * rb;
-  return std::max<int64_t>(4, 8192 / rb) * rb;
-}
 
 inline int Log2(int64_t v) { return 63 - __builtin_clzll(static_cast<uint64_t>(v)); }
 
@@ -552,7 +543,7 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
   if (!nibbles) ActX16(xq, &x16);
 #endif
   const StripPlan plan(w, r0, r1, parts);
-  const int64_t pf_bytes = PrefetchDistance(w, plan), rb = w.row_bytes();
+  const int64_t pf_bytes = strip_prefetch_distance(w, plan), rb = w.row_bytes();
   // Scales and biases are two more streams, an eighth of the codes' bytes at 4-bit g64: each
   // segment's as many rows ahead as the codes' prefetch, or each strip waits on their misses.
   const int64_t sbytes = G * static_cast<int64_t>(dtype_size(w.scale_dtype));

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "formats/mlx_quant.h"
 #include "kernels/amx_matmul.h"
 #include "kernels/cpu_info.h"
 #include "kernels/packed_matmul.h"
@@ -237,6 +238,65 @@ TEST(PackedMatmul, EveryTargetEqualsTheScalarReference) {
         }
       });
     }
+  }
+}
+
+// mxfp8 decode: rows of every non-NaN E4M3 code (subnormals, both zeros, the largest) and
+// scales from 2^-127 to 2^6, each column alone (x one-hot): y is scale · value exactly, on
+// every target; 5 rows run a 4-row step and a single row.
+TEST(PackedMatmul, Mxfp8DecodeGivesEveryCodeExactly) {
+  const int64_t rows = 5, cols = 256;
+  Case c;
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < cols; ++k) {
+      const uint8_t b = static_cast<uint8_t>((k + 37 * r) & 0xFF);
+      c.data.push_back((b & 0x7F) == 0x7F ? 0x80 : b);
+    }
+  for (int64_t i = 0; i < rows * cols / 32; ++i) c.scales.push_back(i == 0 ? 0 : 112 + i % 22);
+  QuantSpec spec;
+  spec.mode = QuantMode::kMxfp8, spec.bits = 8, spec.group_size = 32;
+  c.m = make_quant_matrix(spec, rows, cols, c.data, DType::kU8, c.scales, {}).value();
+  for_each_target([&] {
+    std::vector<float> x(static_cast<size_t>(cols), 0.0f), y(static_cast<size_t>(rows));
+    for (int64_t k = 0; k < cols; ++k) {
+      x[static_cast<size_t>(k)] = 1.0f;
+      packed_matmul(c.m, x.data(), 1, y.data(), rows, 0, rows);
+      x[static_cast<size_t>(k)] = 0.0f;
+      for (int64_t r = 0; r < rows; ++r) {
+        const float want = e8m0_to_f32(c.scales[static_cast<size_t>((r * cols + k) / 32)]) *
+                           e4m3_to_f32(c.data[static_cast<size_t>(r * cols + k)]);
+        ASSERT_EQ(y[static_cast<size_t>(r)], want) << "row " << r << " col " << k;
+      }
+    }
+  });
+}
+
+// mxfp8 decode over the strips the kernel reads: 2048 columns take a strip's 8 rows from 8
+// parts of the range, 160 columns (5 groups) 8 adjacent rows; ranges that leave 4-row steps
+// and single rows.
+TEST(PackedMatmul, Mxfp8DecodeEqualsTheReferenceOverStrips) {
+  const int64_t rows = 21;
+  uint32_t seed = 200;
+  for (int64_t cols : {int64_t{160}, int64_t{2048}}) {
+    Case c = make_case(WeightFormat::kMxfp8, 8, 32, DType::kU8, rows, cols, seed++);
+    const int64_t n = 3;
+    std::vector<float> x = random_x(n, cols, seed++);
+    std::vector<float> ref(static_cast<size_t>(n * rows));
+    packed_matmul_ref(c.m, x.data(), n, ref.data(), rows, 0, rows);
+    SCOPED_TRACE("cols " + std::to_string(cols));
+    for_each_target([&] {
+      for (auto [a, b] : {std::pair<int64_t, int64_t>{0, 4}, {4, rows}, {0, rows}}) {
+        std::vector<float> y(ref.size(), NAN);
+        packed_matmul(c.m, x.data(), n, y.data(), rows, a, b, BatchKernel::kPerToken);
+        packed_matmul(c.m, x.data(), 1, y.data(), rows, a, b);
+        for (int64_t t = 0; t < n; ++t)
+          for (int64_t r = a; r < b; ++r) {
+            const size_t i = static_cast<size_t>(t * rows + r);
+            ASSERT_NEAR(y[i], ref[i], 1e-5 * magnitude(c, x.data() + t * cols, r))
+                << "rows " << a << ".." << b << " t " << t << " r " << r;
+          }
+      }
+    });
   }
 }
 
