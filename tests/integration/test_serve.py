@@ -444,9 +444,10 @@ def test_latency_histograms_count_requests(server):
         after["tq_time_to_first_token_seconds_count"]
 
 
-def test_slow_upload_gets_408_and_the_server_goes_on(server):
+@pytest.mark.parametrize("path", [CO, "/tokenize"])  # a handler's reader; cpp-httplib's
+def test_slow_upload_gets_408_and_the_server_goes_on(server, path):
     sock = socket.create_connection(("127.0.0.1", server.port))
-    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+    sock.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: "
                  b"application/json\r\nContent-Length: 400\r\n\r\n{")
     t0 = time.time()
     sock.settimeout(10)
