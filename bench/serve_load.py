@@ -14,9 +14,15 @@ mlx_lm.server (--mlx) serves an f32-scale copy of the MLX dir (mlx_f32: its CPU 
 matmul is ~10x slower with bf16 scales) and has no `ignore_eos`: its end tokens are banned
 through `logit_bias` instead.
 
+With --db FILE every row (arm, level, tok/s, TTFT and ITL p50/p99, load, commit) is also
+recorded in that results database through `tq record serve_load MODEL` (one call per arm's
+model, so the model fingerprint, tool version and machine come from tq's own code);
+`tq report --db FILE --table` lists them.
+
 Usage:
   bench/serve_load.py --tq MODEL [--llama GGUF] [--mlx MLX_DIR] [--conc 1,2,4,8]
                       [--requests 200] [--threads 2] [--ctx 2048] [--seed 0] [--json FILE]
+                      [--db FILE]
 MODEL is what `tq serve` loads (a GGUF gives both servers the same file and bytes per weight).
 Run it alone on the machine (flock /tmp/tq-bench.lock on a shared one). The llama-server binary
 is the native build of bench/vs-llamacpp/build_llamacpp.sh (override with --llama-server).
@@ -230,6 +236,28 @@ def level(port, extra, reqs, conc):
             "load": os.getloadavg()[0]}
 
 
+def commit():
+    """The checkout's short commit, "+dirty" when tracked files differ from it."""
+    try:
+        c = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD"]).returncode
+        return c + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def record(tq_bin, db, models, results, protocol):
+    """The rows into the results database, one `tq record` call per arm's model."""
+    for arm, model in models.items():
+        rows = [r for r in results if r["arm"] == arm]
+        if not rows:
+            continue
+        subprocess.run([tq_bin, "record", "serve_load", str(model), "--results", "-", "--db", db,
+                        "--protocol", protocol],
+                       input="".join(json.dumps(r) + "\n" for r in rows), text=True, check=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--tq", required=True, help="model for tq serve")
@@ -243,7 +271,9 @@ def main():
     ap.add_argument("--tq-bin", default=str(ROOT / "build" / "tq"))
     ap.add_argument("--llama-server", default=None)
     ap.add_argument("--json", help="also write the results here")
+    ap.add_argument("--db", help="also record the rows in this results database (tq record)")
     a = ap.parse_args()
+    rev = commit()
     concs = [int(c) for c in a.conc.split(",")]
     top = max(concs)
     arms = {}
@@ -273,7 +303,8 @@ def main():
             warm = [{"prompt": words(24, 999 + i), "max_tokens": 8} for i in range(conc)]
             for name, (p, extra) in arms.items():  # alternated within each level
                 level(p.port, extra, warm, conc)
-                r = {"arm": name, "concurrency": conc, **level(p.port, extra, reqs, conc)}
+                r = {"arm": name, "concurrency": conc, **level(p.port, extra, reqs, conc),
+                     "threads": a.threads, "ctx": a.ctx, "seed": a.seed, "commit": rev}
                 results.append(r)
                 print(json.dumps(r), flush=True)
         print(f"\n{'arm':<14}{'conc':>5}{'tok/s':>9}{'vs tq':>7}{'TTFT p50':>10}{'p99':>9}"
@@ -288,6 +319,10 @@ def main():
             print(f"tq aggregate at concurrency 4 / 1: {base[4] / base[1]:.2f}x")
         if a.json:
             pathlib.Path(a.json).write_text(json.dumps(results, indent=1))
+        if a.db:
+            models = {"tq": a.tq, "llama.cpp": a.llama, "mlx_lm.server": a.mlx}
+            record(a.tq_bin, a.db, models, results, "bench/serve_load.py " + " ".join(
+                sys.argv[1:]))
     finally:
         for p, _ in arms.values():
             p.stop()

@@ -23,7 +23,7 @@ Status run_report(const ReportOptions& o) {
   TQ_TRY(eval::ResultsDb db, eval::ResultsDb::open(path));
   TQ_TRY(std::vector<eval::RunRecord> runs, db.runs());
   std::vector<eval::ReportGroup> groups = eval::gather_report(runs, eval::probe_artifact);
-  const std::string html = eval::render_report_html(groups, path, eval::utc_now_iso());
+  const std::string html = eval::render_report_html(groups, path, eval::utc_now_iso(), runs);
   const std::string tmp = o.out + ".tmp";
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
@@ -36,7 +36,11 @@ Status run_report(const ReportOptions& o) {
   if (ec) return err("{}: cannot rename {} over it: {}", o.out, tmp, ec.message());
   size_t arms = 0;
   for (const auto& g : groups) arms += g.arms.size();
-  if (o.table) fmt::print("{}", eval::render_report_text(groups));
+  if (o.table) {
+    fmt::print("{}", eval::render_report_text(groups));
+    const std::string serve_load = eval::render_serve_load_text(runs);
+    if (!serve_load.empty()) fmt::print("{}{}", groups.empty() ? "" : "\n", serve_load);
+  }
   if (o.json)
     fmt::print("{}\n", nlohmann::json{{"output", o.out},
                                       {"runs", runs.size()},
@@ -59,7 +63,7 @@ const bool kRegistered = register_verb(
        app.add_flag("--json", o->json, "Print one JSON object");
        app.add_flag("--table", o->table,
                     "Also print the arms as plain-text tables (artifact, recipe, bpw, MB, PPL, "
-                    "mean KL, top-1, KL Pareto)");
+                    "mean KL, top-1, KL Pareto) and the serving-load rows");
        return [o] { return run_report(*o); };
      }});
 

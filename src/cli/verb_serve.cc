@@ -23,6 +23,7 @@ Status check(const serve::ServeOptions& o) {
     return err("--max-itl-factor must be 0 (off) or at least 1, got {}", s.max_itl_factor);
   if (!(o.drain_timeout_s >= 0)) return err("--drain-timeout must be >= 0");
   if (!(o.upload_timeout_s > 0)) return err("--upload-timeout must be > 0");
+  if (!(o.header_timeout_s > 0)) return err("--header-timeout must be > 0");
   if (!(o.keep_alive_s > 0)) return err("--sse-keep-alive must be > 0");
   if (!o.prompt_cache_dir.empty() && !o.prompt_cache)
     return err("--prompt-cache-dir needs the prompt cache (drop --no-prompt-cache)");
@@ -78,6 +79,9 @@ const bool kRegistered = register_verb(
            ->check(CLI::ExistingFile);
        app.add_option("--upload-timeout", o->upload_timeout_s,
                       "seconds a request body may take to arrive (then 408)")
+           ->capture_default_str();
+       app.add_option("--header-timeout", o->header_timeout_s,
+                      "seconds a request line and its headers may take to arrive (then 408)")
            ->capture_default_str();
        app.add_option("--sse-keep-alive", o->keep_alive_s,
                       "longest silence on a stream, in seconds (then an SSE comment)")

@@ -146,7 +146,8 @@ std::vector<ReportGroup> gather_report(const std::vector<RunRecord>& runs,
   std::map<std::string, json> ppl, bench, convert;
   std::map<std::pair<std::string, std::string>, json> kl;  // (artifact, base) -> latest
   std::map<std::string, std::map<std::string, double>> own_tasks, base_tasks;
-  for (const RunRecord& r : runs) {  // ids ascend: later rows overwrite earlier ones
+  for (const RunRecord& r : runs) {          // ids ascend: later rows overwrite earlier ones
+    if (r.kind == kServeLoadKind) continue;  // a server's measurement, its own section
     const std::string a = see(r.artifact);
     if (r.kind == "ppl") ppl[a] = r.result;
     if (r.kind == "bench") bench[a] = r.result;

@@ -69,7 +69,20 @@ std::string task_summary(const ReportArm& a);
 // The arms as aligned plain-text tables (one per source model), for terminals and scripts/demo.
 std::string render_report_text(const std::vector<ReportGroup>& groups);
 
+// `runs`: the database's rows, for the sections that are not per artifact (serving load).
 std::string render_report_html(const std::vector<ReportGroup>& groups, const std::string& db_path,
-                               const std::string& generated_utc);
+                               const std::string& generated_utc,
+                               const std::vector<RunRecord>& runs = {});
+
+// Rows recorded with `tq record serve_load` (bench/serve_load.py): one per server arm and
+// concurrency level of a load run. Not artifacts of the frontier: gather_report skips them.
+inline constexpr const char* kServeLoadKind = "serve_load";
+// The fields the report reads from a serve_load result; the error names the first bad one.
+Status check_serve_load_result(const nlohmann::json& j);
+// The serve_load rows in database order as one aligned text table ("" when there are none).
+std::string render_serve_load_text(const std::vector<RunRecord>& runs);
+// The same as an HTML section ("" when there are none).
+std::string render_serve_load_html(const std::vector<RunRecord>& runs);
+std::string html_escape(const std::string& s);
 
 }  // namespace tq::eval

@@ -9,9 +9,7 @@
 
 namespace tq::eval {
 
-namespace {
-
-std::string esc(const std::string& s) {
+std::string html_escape(const std::string& s) {
   std::string o;
   for (char c : s) {
     switch (c) {
@@ -36,6 +34,10 @@ std::string esc(const std::string& s) {
   }
   return o;
 }
+
+namespace {
+
+std::string esc(const std::string& s) { return html_escape(s); }
 
 struct Point {
   double x, y;  // x: size in MB
@@ -278,7 +280,8 @@ pre { font-size: 11px; background: #f0f0f0; padding: 8px; overflow-x: auto; }
 }  // namespace
 
 std::string render_report_html(const std::vector<ReportGroup>& groups, const std::string& db_path,
-                               const std::string& generated_utc) {
+                               const std::string& generated_utc,
+                               const std::vector<RunRecord>& runs) {
   std::string s =
       "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
       "<title>TurboQuant frontier report</title>\n<style>";
@@ -289,8 +292,10 @@ std::string render_report_html(const std::vector<ReportGroup>& groups, const std
       "model (dequantized when the source is quantized). Filled orange points are Pareto-optimal "
       "(no other artifact is both smaller and better).</p>\n",
       esc(db_path), esc(generated_utc));
-  if (groups.empty()) s += "<p>The database holds no runs.</p>\n";
+  const std::string serve_load = render_serve_load_html(runs);
+  if (groups.empty() && serve_load.empty()) s += "<p>The database holds no runs.</p>\n";
   for (size_t i = 0; i < groups.size(); ++i) s += group_html(groups[i], i);
+  s += serve_load;
   s += "</body>\n</html>\n";
   return s;
 }

@@ -3,6 +3,7 @@
 #include <httplib.h>
 #include <malloc.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <cstdio>
@@ -21,6 +22,7 @@
 #include "model/model_chat.h"
 #include "model/model_source.h"
 #include "model/model_tokenizer.h"
+#include "serve/http_server.h"
 #include "serve/logprobs.h"
 #include "serve/peer_socket.h"
 #include "serve/plan.h"
@@ -36,6 +38,7 @@ using httplib::Request;
 using httplib::Response;
 
 constexpr auto kPoll = std::chrono::milliseconds(20);  // how often a waiting handler looks up
+constexpr size_t kMaxHeadBytes = size_t{64} << 10;     // request line and headers together
 
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
@@ -231,7 +234,8 @@ class Service {
 };
 
 // The body, read within the upload time limit and the size limit (a slow or endless upload
-// cannot hold a thread: cpp-httplib's read timeout applies to each read only).
+// cannot hold a thread: cpp-httplib's read timeout applies to each read only; the connection's
+// stream stops reading at the same limit when nothing arrives).
 std::optional<ApiError> read_body(const Request& req, const httplib::ContentReader& reader,
                                   const ServeOptions& o, std::string& body) {
   const auto deadline = Clock::now() + std::chrono::duration<double>(o.upload_timeout_s);
@@ -246,7 +250,8 @@ std::optional<ApiError> read_body(const Request& req, const httplib::ContentRead
   const std::string announced = req.get_header_value("Content-Length");
   if (!ok && !announced.empty() && std::strtoull(announced.c_str(), nullptr, 10) > o.max_body_bytes)
     large = true;
-  if (late || (!ok && !large && Clock::now() > deadline))
+  if (late || (!ok && !large &&
+               (Clock::now() > deadline || HttpServer::read_limit() == ReadLimit::kBodyTimeout)))
     return ApiError{408, fmt::format("the body did not arrive within {} s", o.upload_timeout_s),
                     "invalid_request_error", std::nullopt, "request_timeout"};
   if (large)
@@ -280,7 +285,7 @@ void Service::completion(const Request& req, Response& res, const httplib::Conte
     return send_error(res, ApiError{429, "the server's queue is full; retry later",
                                     "rate_limit_error", std::nullopt, "queue_full"});
   }
-  const int fd = find_peer_socket(req.remote_addr, req.remote_port, req.local_port);
+  const int fd = HttpServer::current_socket();
   const ResponseHead head{job->id, info_.id, static_cast<int64_t>(std::time(nullptr)), ep};
   const auto prompt_tokens = static_cast<int64_t>(job->prompt.size());
   // echo: the prompt's text before each choice's completion.
@@ -431,6 +436,7 @@ void Service::completion(const Request& req, Response& res, const httplib::Conte
 
 void Service::install(httplib::Server& svr) {
   svr.set_pre_routing_handler([this](const Request& req, Response& res) {
+    HttpServer::head_done();  // the head arrived in time; the body's deadline starts
     if (o_.api_key.empty() || req.path == "/health" || req.path == "/health/ready")
       return httplib::Server::HandlerResponse::Unhandled;
     const std::string auth = req.get_header_value("Authorization");
@@ -443,24 +449,40 @@ void Service::install(httplib::Server& svr) {
     return httplib::Server::HandlerResponse::Handled;
   });
   // cpp-httplib's own refusals (no route, body too large, bad request line) in OpenAI's shape.
-  svr.set_error_handler(
-      httplib::Server::HandlerWithResponse([this](const Request& req, Response& res) {
-        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-        ApiError e{res.status, "bad request", "invalid_request_error", std::nullopt, "bad_request"};
-        if (res.status == 404) {
-          e.message = fmt::format("no route {} {}", req.method, req.path);
-          e.code = "not_found";
-        } else if (res.status == 413) {
-          e.message = fmt::format("the body is larger than {} bytes", o_.max_body_bytes);
-          e.code = "request_too_large";
-        } else if (res.status >= 500) {
-          e.message = "internal error";
-          e.type = "server_error";
-          e.code = "internal_error";
-        }
-        res.set_content(dump(error_body(e)), "application/json");
-        return httplib::Server::HandlerResponse::Handled;
-      }));
+  svr.set_error_handler(httplib::Server::HandlerWithResponse([this](const Request& req,
+                                                                    Response& res) {
+    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+    ApiError e{res.status, "bad request", "invalid_request_error", std::nullopt, "bad_request"};
+    const ReadLimit limit = HttpServer::read_limit();
+    if (limit == ReadLimit::kHeadTimeout || limit == ReadLimit::kBodyTimeout) {
+      e = ApiError{408,
+                   limit == ReadLimit::kHeadTimeout
+                       ? fmt::format("the request line and headers did not arrive within {} s",
+                                     o_.header_timeout_s)
+                       : fmt::format("the body did not arrive within {} s", o_.upload_timeout_s),
+                   "invalid_request_error", std::nullopt, "request_timeout"};
+    } else if (limit == ReadLimit::kHeadTooLarge) {
+      e = ApiError{
+          431, fmt::format("the request line and headers are larger than {} bytes", kMaxHeadBytes),
+          "invalid_request_error", std::nullopt, "request_header_fields_too_large"};
+    }
+    if (limit != ReadLimit::kNone) {
+      res.status = e.status;
+      res.set_header("Connection", "close");  // the connection reads no further
+    } else if (res.status == 404) {
+      e.message = fmt::format("no route {} {}", req.method, req.path);
+      e.code = "not_found";
+    } else if (res.status == 413) {
+      e.message = fmt::format("the body is larger than {} bytes", o_.max_body_bytes);
+      e.code = "request_too_large";
+    } else if (res.status >= 500) {
+      e.message = "internal error";
+      e.type = "server_error";
+      e.code = "internal_error";
+    }
+    res.set_content(dump(error_body(e)), "application/json");
+    return httplib::Server::HandlerResponse::Handled;
+  }));
   svr.set_exception_handler([](const Request&, Response& res, std::exception_ptr ep) {
     std::string what = "internal error";
     try {
@@ -567,7 +589,7 @@ Status run_server(const ServeOptions& o) {
   service.note_free_memory();
   TQ_CHECK_OK(service.load_text(m));
 
-  httplib::Server svr;
+  HttpServer svr(HttpLimits{o.header_timeout_s, o.upload_timeout_s, kMaxHeadBytes});
   const size_t threads = static_cast<size_t>(o.scheduler.max_seqs + o.scheduler.queue) + 8;
   svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   svr.set_payload_max_length(o.max_body_bytes);
@@ -582,6 +604,7 @@ Status run_server(const ServeOptions& o) {
   } else if (!svr.bind_to_port(o.host, port)) {
     return err("cannot listen on {}:{} (in use, or not an address of this machine)", o.host, port);
   }
+  if (!svr.set_backlog(SOMAXCONN)) return err("cannot listen on {}:{}", o.host, port);
   std::atomic<bool> failed{false};
   std::thread http([&] {
     if (!svr.listen_after_bind()) failed = true;

@@ -24,6 +24,7 @@ struct ServeOptions {
   uint64_t memory_budget = 0;  // bytes: weights, scratch and KV blocks (0: from free memory)
   size_t max_body_bytes = size_t{4} << 20;
   double upload_timeout_s = 30;    // a request body must arrive within this (408 after)
+  double header_timeout_s = 10;    // request line and headers must arrive within this (408)
   double keep_alive_s = 5;         // longest silence on an open stream (an SSE comment then)
   bool prompt_cache = true;        // reuse cached prompt blocks (memory tier)
   std::string prompt_cache_dir;    // the disk tier: block files (empty: memory only)

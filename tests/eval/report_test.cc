@@ -112,5 +112,50 @@ TEST(Report, DeletedArtifactsKeepTheirSourceAndParetoIsInBytes) {
   EXPECT_NE(text.find("source: /m/base"), std::string::npos);
 }
 
+// Issue 24: bench/serve_load.py's rows (tq record serve_load) get their own table in both
+// reports and are not arms of the frontier.
+TEST(Report, ServeLoadRowsGetTheirOwnTable) {
+  nlohmann::json row = {{"arm", "tq"},          {"concurrency", 4},
+                        {"requests", 32},       {"aggregate_tok_s", 98.5},
+                        {"ttft_p50_ms", 812.4}, {"ttft_p99_ms", 2400.0},
+                        {"itl_p50_ms", 21.3},   {"itl_p99_ms", 80.0},
+                        {"load", 2.5},          {"commit", "abc1234"}};
+  std::vector<RunRecord> runs = {run("ppl", "/m/q4", {{"ppl", 12.0}}),
+                                 run(kServeLoadKind, "/m/llama1b.gguf", row)};
+  runs[1].time_utc = "2026-12-02T09:00:00Z";
+  runs[1].result["arm"] = "llama.cpp<x>";
+  auto probe = [](const std::string&) -> std::optional<ArtifactInfo> { return std::nullopt; };
+  std::vector<ReportGroup> g = gather_report(runs, probe);
+  ASSERT_EQ(g.size(), 1u);
+  EXPECT_EQ(g[0].source, "/m/q4");
+  const std::string text = render_serve_load_text(runs);
+  EXPECT_NE(text.find("serving load"), std::string::npos);
+  for (const char* cell : {"2026-12-02", "llama1b.gguf", "llama.cpp<x>", " 4 ", "98.5", "812",
+                           "2400", "21.3", "80.0", "abc1234"})
+    EXPECT_NE(text.find(cell), std::string::npos) << cell << "\n" << text;
+  EXPECT_EQ(render_serve_load_text({runs[0]}), "");
+  const std::string html = render_report_html(g, "d", "t", runs);
+  EXPECT_NE(html.find("<h2>Serving load</h2>"), std::string::npos);
+  EXPECT_NE(html.find("llama.cpp&lt;x&gt;"), std::string::npos);
+  EXPECT_NE(render_report_html({}, "d", "t", {runs[1]}).find("Serving load"), std::string::npos);
+  EXPECT_EQ(render_report_html({}, "d", "t", {runs[1]}).find("holds no runs"), std::string::npos);
+
+  EXPECT_TRUE(check_serve_load_result(row).ok());
+  for (const char* key : {"arm", "concurrency", "aggregate_tok_s", "itl_p99_ms"}) {
+    nlohmann::json bad = row;
+    bad.erase(key);
+    Status st = check_serve_load_result(bad);
+    ASSERT_FALSE(st.ok()) << key;
+    EXPECT_NE(st.error().message.find(key), std::string::npos) << st.error().message;
+  }
+  nlohmann::json bad = row;
+  bad["concurrency"] = 0;
+  EXPECT_FALSE(check_serve_load_result(bad).ok());
+  bad = row;
+  bad["ttft_p99_ms"] = "fast";
+  EXPECT_FALSE(check_serve_load_result(bad).ok());
+  EXPECT_FALSE(check_serve_load_result(nlohmann::json::array()).ok());
+}
+
 }  // namespace
 }  // namespace tq::eval

@@ -175,3 +175,36 @@ def test_runtime_knob_flags_run(tq_bin, tmp_path):
     res = run_tq(tq_bin, "bench", str(d), "--no-db", "--prompt-lengths", "20", "--gen", "2",
                  "--repeat", "1", "--tiles", "off", "--amx", "off", "--read-ahead", "0")
     assert res.returncode == 0, res.stderr
+
+
+ROW = {"arm": "tq", "concurrency": 1, "aggregate_tok_s": 50.0, "ttft_p50_ms": 100.0,
+       "ttft_p99_ms": 200.0, "itl_p50_ms": 20.0, "itl_p99_ms": 30.0}
+
+
+@pytest.mark.parametrize("kind,lines,needles", [
+    ("frobs", [json.dumps(ROW)], ["unknown kind 'frobs'", "serve_load"]),
+    ("serve_load", [json.dumps(ROW), "{not json"], ["rows.jsonl:2", "not a JSON object"]),
+    ("serve_load", [json.dumps({k: v for k, v in ROW.items() if k != "itl_p99_ms"})],
+     ["rows.jsonl:1", "itl_p99_ms"]),
+    ("serve_load", [json.dumps({**ROW, "concurrency": 0})], ["rows.jsonl:1", "concurrency"]),
+    ("serve_load", [json.dumps({**ROW, "ttft_p50_ms": "fast"})], ["rows.jsonl:1", "ttft_p50_ms"]),
+    ("serve_load", ["", "  "], ["rows.jsonl", "no rows"]),
+])
+def test_record_bad_rows_write_nothing(tq_bin, tmp_path, kind, lines, needles):
+    d = write_tiny_hf_dir(tmp_path / "ok")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\n".join(lines) + "\n")
+    db = tmp_path / "r.sqlite"
+    assert_one_line_error(run_tq(tq_bin, "record", kind, str(d), "--results", str(rows),
+                                 "--db", str(db)), *needles)
+    assert not db.exists()
+
+
+def test_record_missing_model_and_serve_bad_header_timeout(tq_bin, tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps(ROW) + "\n")
+    assert_one_line_error(run_tq(tq_bin, "record", "serve_load", str(tmp_path / "nope"),
+                                 "--results", str(rows), "--db", str(tmp_path / "r.sqlite")),
+                          "nope")
+    assert_one_line_error(run_tq(tq_bin, "serve", str(tmp_path / "nope"), "--header-timeout",
+                                 "0"), "--header-timeout must be > 0")

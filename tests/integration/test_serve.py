@@ -6,6 +6,7 @@ import concurrent.futures as cf
 import http.client
 import json
 import math
+import select
 import socket
 import threading
 import time
@@ -21,7 +22,8 @@ CTX = 512
 @pytest.fixture(scope="module")
 def server(tq_bin, smollm2_gguf):
     s = Server(tq_bin, smollm2_gguf, "--threads", "2", "--ctx", str(CTX), "--max-seqs", "4",
-               "--queue", "8", "--upload-timeout", "1.5", "--sse-keep-alive", "0.1")
+               "--queue", "8", "--upload-timeout", "1.5", "--header-timeout", "1",
+               "--sse-keep-alive", "0.1")
     yield s
     assert s.stop() == 0, "".join(s.log)
     assert "tq serve: stopped" in "".join(s.log)
@@ -442,9 +444,10 @@ def test_latency_histograms_count_requests(server):
         after["tq_time_to_first_token_seconds_count"]
 
 
-def test_slow_upload_gets_408_and_the_server_goes_on(server):
+@pytest.mark.parametrize("path", [CO, "/tokenize"])  # a handler's reader; cpp-httplib's
+def test_slow_upload_gets_408_and_the_server_goes_on(server, path):
     sock = socket.create_connection(("127.0.0.1", server.port))
-    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+    sock.sendall(b"POST " + path.encode() + b" HTTP/1.1\r\nHost: x\r\nContent-Type: "
                  b"application/json\r\nContent-Length: 400\r\n\r\n{")
     t0 = time.time()
     sock.settimeout(10)
@@ -466,6 +469,89 @@ def test_slow_upload_gets_408_and_the_server_goes_on(server):
     assert time.time() - t0 < 4.5
     r = client(server).completions.create(model=model_id(server), prompt="Hi", max_tokens=2)
     assert r.choices[0].text is not None
+
+
+def test_slow_headers_get_408_and_free_their_threads(server):
+    """Slowloris: more connections than the server has HTTP threads (--max-seqs 4 + --queue 8
+    + 8 = 20) send a request line, then drip header bytes one every 0.1 s (each read quick,
+    the head endless). Each gets a 408 in OpenAI's shape and is closed within --header-timeout
+    (1 s) of reaching a thread (the last 4 wait for the first 20 to be freed), and a normal
+    request is answered while those still drip, and after."""
+    n, timeout = 24, 1.0
+    socks, sent = [], {}
+    for _ in range(n):  # each sends at once: a connection silent for 1 s is closed unanswered
+        s = socket.create_connection(("127.0.0.1", server.port))
+        s.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n")
+        sent[s] = time.time()
+        socks.append(s)
+    t0 = time.time()
+    reply = {s: b"" for s in socks}
+    closed = {}
+    normal = {}
+
+    def normal_request():
+        t = time.time()
+        normal["status"] = _raw(server, "GET", "/health")[0]
+        normal["s"], normal["dripping"] = time.time() - t, n - len(closed)
+    th = threading.Thread(target=normal_request)
+    while len(closed) < n and time.time() - t0 < 10:
+        if not th.is_alive() and not normal and time.time() - t0 > 0.3:
+            th.start()
+        open_ = [s for s in socks if s not in closed]
+        ready, _, _ = select.select(open_, [], [], 0.1)
+        for s in ready:
+            try:
+                part = s.recv(4096)
+            except OSError:
+                part = b""
+            reply[s] += part
+            if not part:
+                closed[s] = time.time() - sent[s]
+        for s in open_:
+            if s not in closed and not reply[s]:
+                try:
+                    s.send(b"x")
+                except OSError:
+                    pass
+    th.join()
+    for s in socks:
+        s.close()
+    assert len(closed) == n, f"{n - len(closed)} connections still open after 10 s"
+    # Two rounds of the deadline (20 threads, then the last 4) plus scheduling margin.
+    assert max(closed.values()) < 2 * timeout + 1.5, sorted(closed.values())
+    for s in socks:
+        head, _, body = reply[s].partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 408"), (reply[s][:200], closed[s])
+        err = json.loads(body)["error"]
+        assert err["code"] == "request_timeout" and "headers" in err["message"], err
+    assert normal["status"] == 200 and normal["s"] < timeout + 1.5, normal
+    assert normal["dripping"] > 0, normal  # answered while some still dripped
+    assert _raw(server, "GET", "/health")[0] == 200
+
+
+def test_huge_headers_get_431(server):
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.settimeout(10)
+    head = b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"".join(
+        b"X-Pad-%d: %s\r\n" % (i, b"y" * 1000) for i in range(80)) + b"\r\n"
+    try:
+        sock.sendall(head)
+    except OSError:
+        pass  # the server answered and closed before taking it all
+    reply = b""
+    while True:
+        try:
+            part = sock.recv(4096)
+        except OSError:
+            break
+        if not part:
+            break
+        reply += part
+    sock.close()
+    assert reply.startswith(b"HTTP/1.1 431"), reply[:200]
+    err = json.loads(reply.split(b"\r\n\r\n", 1)[1])["error"]
+    assert err["code"] == "request_header_fields_too_large", err
+    assert _raw(server, "GET", "/health")[0] == 200
 
 
 def test_keep_alive_comments_during_a_long_prefill(server):
