@@ -269,6 +269,7 @@ def main():
     ap.add_argument("--ctx", type=int, default=2048, help="tokens per sequence")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tq-bin", default=str(ROOT / "build" / "tq"))
+    ap.add_argument("--tq-args", default="", help="more tq serve flags, e.g. '--max-itl-factor 0'")
     ap.add_argument("--llama-server", default=None)
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--db", help="also record the rows in this results database (tq record)")
@@ -281,7 +282,8 @@ def main():
         port = free_port()
         arms["tq"] = (Proc("tq", [a.tq_bin, "serve", a.tq, "--port", str(port), "--threads",
                                   str(a.threads), "--max-seqs", str(top), "--ctx", str(a.ctx),
-                                  "--queue", str(a.requests)], port, "/health/ready"), {})
+                                  "--queue", str(a.requests), *a.tq_args.split()], port,
+                                 "/health/ready"), {})
         if a.llama:
             exe = a.llama_server
             if exe is None:

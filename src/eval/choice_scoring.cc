@@ -21,7 +21,7 @@ EncodedPair encode_pair(const Tokenizer& tok, const LlRequest& r) {
 }
 
 ChoiceScorer::ChoiceScorer(const Transformer& net, const Tokenizer& tok, int64_t max_len)
-    : net_(net), tok_(tok), max_len_(max_len) {}
+    : net_(net), tok_(tok), max_len_(max_len), recurrent_(!net.new_cache(0).conv.empty()) {}
 
 Status ChoiceScorer::ensure_capacity(Lane& l, int64_t n) {
   if (l.cache.capacity >= n) return ok_status();
@@ -102,10 +102,18 @@ Result<ContinuationScore> ChoiceScorer::continue_from(Lane& l, const EncodedPair
 }
 
 Result<std::vector<ContinuationScore>> ChoiceScorer::score(std::span<const LlRequest> reqs) {
-  std::vector<ContinuationScore> out;
-  Lane& l = lanes_[0];
+  std::vector<EncodedPair> pairs;
   for (const LlRequest& r : reqs) {
     TQ_TRY(EncodedPair p, encode(r));
+    pairs.push_back(std::move(p));
+  }
+  return score_pairs(lanes_[0], pairs);
+}
+
+Result<std::vector<ContinuationScore>> ChoiceScorer::score_pairs(
+    Lane& l, const std::vector<EncodedPair>& pairs) {
+  std::vector<ContinuationScore> out;
+  for (const EncodedPair& p : pairs) {
     TQ_CHECK_OK(ensure_capacity(l, int64_t(p.context.size() + p.continuation.size())));
     if (p.context != l.cached || l.cache.n != int64_t(l.cached.size())) {
       TQ_CHECK_OK(prefill(l, p.context));
@@ -119,16 +127,15 @@ Result<std::vector<ContinuationScore>> ChoiceScorer::score(std::span<const LlReq
 Result<std::vector<std::vector<ContinuationScore>>> ChoiceScorer::score_items(
     std::span<const std::span<const LlRequest>> items, int lanes) {
   std::vector<std::vector<ContinuationScore>> out;
-  const bool recurrent = !net_.new_cache(0).conv.empty();
-  lanes = recurrent ? 1 : std::max(1, lanes);
+  lanes = recurrent_ ? 1 : std::max(1, lanes);
   if (int(lanes_.size()) < lanes) lanes_.resize(size_t(lanes));
   for (size_t i0 = 0; i0 < items.size(); i0 += size_t(lanes)) {
     const size_t n = std::min(items.size() - i0, size_t(lanes));
-    // Each item's pairs; an item whose requests do not share one context goes through score().
+    // Each item's pairs; an item whose requests do not share one context is scored request by
+    // request on lane 0 (its own lane's item, if any, is done by then).
     std::vector<std::vector<EncodedPair>> pairs(n);
     std::vector<bool> shared(n, true);
     std::vector<SeqStep> steps;
-    std::vector<size_t> fed_lane;
     for (size_t j = 0; j < n; ++j) {
       for (const LlRequest& r : items[i0 + j]) {
         TQ_TRY(EncodedPair p, encode(r));
@@ -151,14 +158,13 @@ Result<std::vector<std::vector<ContinuationScore>>> ChoiceScorer::score_items(
       st.cache = &l.cache;
       st.logits = l.last;
       steps.push_back(st);
-      fed_lane.push_back(j);
     }
     if (!steps.empty()) TQ_CHECK_OK(net_.forward_batch(steps));
     for (const SeqStep& st : steps) fed_ += int64_t(st.tokens.size());
     for (size_t j = 0; j < n; ++j) {
       std::vector<ContinuationScore> scores;
       if (!shared[j]) {
-        TQ_TRY(scores, score(items[i0 + j]));
+        TQ_TRY(scores, score_pairs(lanes_[0], pairs[j]));
       } else {
         for (const EncodedPair& p : pairs[j]) {
           TQ_TRY(ContinuationScore s, continue_from(lanes_[j], p));

@@ -61,11 +61,15 @@ class ChoiceScorer {
   size_t rewind(Lane& l, const std::vector<int32_t>& ctx);
   Status prefill(Lane& l, const std::vector<int32_t>& ctx);
   Status ensure_capacity(Lane& l, int64_t n);
+  // Each pair scored on lane l in turn, its context prefilled where the lane lacks it.
+  Result<std::vector<ContinuationScore>> score_pairs(Lane& l,
+                                                     const std::vector<EncodedPair>& pairs);
   // Scores p's continuation from the context lane l holds, then rewinds to it.
   Result<ContinuationScore> continue_from(Lane& l, const EncodedPair& p);
   const Transformer& net_;
   const Tokenizer& tok_;
   int64_t max_len_;
+  bool recurrent_;  // qwen3_5: a state that cannot rewind, so one lane and whole contexts
   std::vector<Lane> lanes_ = std::vector<Lane>(1);
   std::vector<float> rows_;  // logits of a continuation's rows
   int64_t fed_ = 0;

@@ -129,8 +129,8 @@ HWY_INLINE void LaneTile(int64_t c0, int64_t c1, int64_t group, const uint8_t* w
   }
 }
 
-// out[g * 32 + i] = v[min(i, m - 1) * G + g] for g < G, i < 32, by 16×16 transposes (a scalar
-// loop here cost a quarter of a 2-token batch of 2048-column rows).
+// out[g * 32 + i] = v[min(i, m - 1) * G + g] for g < G, i < 32, by 16×16 transposes: per call,
+// so small batches feel a scalar loop here.
 inline void ByGroup(const float* v, int64_t G, int64_t m, float* out) {
   for (int64_t g0 = 0; g0 < G; g0 += 16) {
     const int64_t left = std::min<int64_t>(16, G - g0);
