@@ -22,7 +22,7 @@ model, so the model fingerprint, tool version and machine come from tq's own cod
 Usage:
   bench/serve_load.py --tq MODEL [--llama GGUF] [--mlx MLX_DIR] [--conc 1,2,4,8]
                       [--requests 200] [--threads 2] [--ctx 2048] [--seed 0] [--json FILE]
-                      [--db FILE]
+                      [--db FILE] [--tq-args FLAGS] [--tq-arm FLAGS ...]
 MODEL is what `tq serve` loads (a GGUF gives both servers the same file and bytes per weight).
 Run it alone on the machine (flock /tmp/tq-bench.lock on a shared one). The llama-server binary
 is the native build of bench/vs-llamacpp/build_llamacpp.sh (override with --llama-server).
@@ -270,6 +270,8 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--tq-bin", default=str(ROOT / "build" / "tq"))
     ap.add_argument("--tq-args", default="", help="more tq serve flags, e.g. '--max-itl-factor 0'")
+    ap.add_argument("--tq-arm", action="append", default=[],
+                    help="another tq serve arm with these extra flags (repeatable), alternated")
     ap.add_argument("--llama-server", default=None)
     ap.add_argument("--json", help="also write the results here")
     ap.add_argument("--db", help="also record the rows in this results database (tq record)")
@@ -284,6 +286,13 @@ def main():
                                   str(a.threads), "--max-seqs", str(top), "--ctx", str(a.ctx),
                                   "--queue", str(a.requests), *a.tq_args.split()], port,
                                  "/health/ready"), {})
+        for extra_args in a.tq_arm:
+            port = free_port()
+            arms[f"tq {extra_args}"] = (
+                Proc("tq", [a.tq_bin, "serve", a.tq, "--port", str(port), "--threads",
+                            str(a.threads), "--max-seqs", str(top), "--ctx", str(a.ctx), "--queue",
+                            str(a.requests), *a.tq_args.split(), *extra_args.split()], port,
+                     "/health/ready"), {})
         if a.llama:
             exe = a.llama_server
             if exe is None:
@@ -291,11 +300,18 @@ def main():
                 if not found:
                     sys.exit("llama-server not built: run bench/vs-llamacpp/build_llamacpp.sh")
                 exe = str(found[-1])
-            port = free_port()
-            arms["llama.cpp"] = (Proc("llama", [exe, "-m", a.llama, "--port", str(port), "-t",
-                                                str(a.threads), "-tb", str(a.threads), "-np",
-                                                str(top), "-c", str(a.ctx * top), "--no-webui"],
-                                      port, "/health"), {})
+            cmd = [exe, "-m", a.llama, "-t", str(a.threads), "-tb", str(a.threads), "-np",
+                   str(top), "-c", str(a.ctx * top), "--no-webui"]
+            try:
+                port = free_port()
+                proc = Proc("llama", cmd + ["--port", str(port)], port, "/health")
+            except RuntimeError:
+                # llama.cpp 0.3.36's AMX weight repacking segfaults on some Xeons (its first
+                # product); its best that runs there is without repacking.
+                print("llama-server exited at start; retrying with --no-repack", flush=True)
+                port = free_port()
+                proc = Proc("llama", cmd + ["--no-repack", "--port", str(port)], port, "/health")
+            arms["llama.cpp"] = (proc, {})
         if a.mlx:
             arms["mlx_lm.server"] = mlx_server(mlx_f32(a.mlx))
         results = []

@@ -73,7 +73,7 @@ std::vector<float> make_x(int64_t n, int64_t cols) {
   return x;
 }
 
-// args: bits, rows, cols, tokens, int8 (0/1)
+// args: bits, rows, cols, tokens, int8 (0: f32; 1: int8; 2: AMX; 3: batch kernels; 4: prepacked)
 void BM_Matmul(benchmark::State& st) {
   const int bits = static_cast<int>(st.range(0));
   const int64_t rows = st.range(1), cols = st.range(2), n = st.range(3);
@@ -86,6 +86,15 @@ void BM_Matmul(benchmark::State& st) {
   if (q8 && !amx && !packed_q8_supported(w.m)) {
     st.SkipWithError("no int8 kernel for this format on this CPU");
     return;
+  }
+  std::vector<uint8_t> lanes;  // q8 = 4: the codes prepacked for the lanes kernel
+  if (st.range(4) == 4) {
+    lanes = pack_lanes(w.m);
+    if (lanes.empty()) {
+      st.SkipWithError("no lanes kernel for this format on this CPU");
+      return;
+    }
+    use_lanes(w.m, lanes);
   }
   std::vector<float> x = make_x(n, cols), y(static_cast<size_t>(n * rows));
   ActQ8 xq;
@@ -118,12 +127,15 @@ void MatmulArgs(benchmark::internal::Benchmark* b) {
         for (int q8 : {0, 1, 2})
           if (!(q8 && bits == 16) && !(q8 == 2 && n == 1) && !(n == 256 && q8 != 2))
             b->Args({bits, rows, cols, n, q8});
-  // A few tokens on the per-token kernels: what a speculative check of k + 1 positions costs.
+  // A few tokens on the per-token kernels (what a speculative check of k + 1 positions costs) and
+  // on the batch kernels (q8 = 3: a batch-invariant server's rows; 4: with the codes prepacked).
   for (int bits : {4, 8})
     for (auto [rows, cols] :
          {std::pair<int64_t, int64_t>{1536, 576}, {576, 1536}, {1024, 2048}, {8192, 2048}})
-      for (int64_t n : {2, 4, 8})
-        for (int q8 : {0, 1, 3}) b->Args({bits, rows, cols, n, q8});
+      for (int64_t n : {1, 2, 4, 8, 64})
+        for (int q8 : {0, 1, 3, 4})
+          if ((n > 1 || q8 >= 3) && (n < 64 || q8 == 4) && (bits == 4 || q8 != 4))
+            b->Args({bits, rows, cols, n, q8});
 }
 BENCHMARK(BM_Matmul)->Apply(MatmulArgs)->ArgNames({"bits", "rows", "cols", "n", "q8"});
 

@@ -70,6 +70,24 @@ inline void add_runtime_flags(CLI::App& app, RuntimeOptions* o) {
          "they go to f32 + OpenBLAS from 48 tokens");
   on_off("--amx", &o->amx, "TQ_AMX",
          "fast runtime: on: int8 batches of 16+ tokens use AMX where the CPU has it");
+  app.add_option_function<std::string>(
+         "--prepack",
+         [o](const std::string& v) {
+           o->prepack = v == "auto"             ? Prepack::kAuto
+                        : v == "on" || v == "1" ? Prepack::kOn
+                                                : Prepack::kOff;
+         },
+         "fast runtime: 4-bit codes repacked at load for the AVX-512 VNNI lanes kernel, which "
+         "then runs every batch size (auto: where the weights fit the last-level cache)")
+      ->envname("TQ_PREPACK")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            return v == "auto" || v == "on" || v == "off" || v == "1" || v == "0"
+                       ? ""
+                       : "auto, on, off, 1 or 0 is needed (flag or TQ_PREPACK), not '" + v + "'";
+          },
+          "auto|on|off"))
+      ->default_str("auto");
 }
 
 }  // namespace tq::cli

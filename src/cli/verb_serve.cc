@@ -21,6 +21,7 @@ Status check(const serve::ServeOptions& o) {
   if (s.step_tokens < 1) return err("--step-tokens must be >= 1, got {}", s.step_tokens);
   if (!(s.max_itl_factor == 0 || s.max_itl_factor >= 1))
     return err("--max-itl-factor must be 0 (off) or at least 1, got {}", s.max_itl_factor);
+  if (s.prefill_burst < 0) return err("--prefill-burst must be >= 0, got {}", s.prefill_burst);
   if (!(o.drain_timeout_s >= 0)) return err("--drain-timeout must be >= 0");
   if (!(o.upload_timeout_s > 0)) return err("--upload-timeout must be > 0");
   if (!(o.header_timeout_s > 0)) return err("--header-timeout must be > 0");
@@ -59,6 +60,10 @@ const bool kRegistered = register_verb(
        app.add_option("--max-itl-factor", o->scheduler.max_itl_factor,
                       "while streams decode, a step's prompt tokens are capped so the step takes "
                       "at most this many decode steps' time (0: off)")
+           ->capture_default_str();
+       app.add_option("--prefill-burst", o->scheduler.prefill_burst,
+                      "the first N prompt tokens of each request go in whole chunks whatever "
+                      "--max-itl-factor (0: every chunk capped)")
            ->capture_default_str();
        app.add_option("--api-key", o->api_key,
                       "require 'Authorization: Bearer KEY' (except /health)")

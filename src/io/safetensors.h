@@ -45,6 +45,8 @@ class SafetensorsFile {
   std::span<const uint8_t> data(const SafetensorsEntry& e) const;
   // Drops e's pages from the resident set (MappedFile::release) once its bytes were consumed.
   void release(const SafetensorsEntry& e) const { file_.release(data(e)); }
+  // The same for any bytes of the mapping (none where `part` lies outside it).
+  void release(std::span<const uint8_t> part) const { file_.release(part); }
   TensorView view(const SafetensorsEntry& e) const;
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
 

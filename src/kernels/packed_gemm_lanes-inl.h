@@ -7,6 +7,8 @@
 #if HWY_TARGET == HWY_AVX3_DL
 
 constexpr int kLaneRows = 32, kLaneTokens = 4;
+constexpr int64_t kLanePrefetch = 8192;  // bytes ahead in a prepacked strip stream
+constexpr int64_t kLaneParts = 2;        // prepacked strip streams per call
 
 // o[j] = dword j of each r[l] in lane l: a 16×16 transpose of 4-byte elements.
 HWY_INLINE void Transpose16x16(const __m512i* r, __m512i* o) {
@@ -60,14 +62,30 @@ inline void InterleaveStrip(const PackedMatrix& w, const Unpack64Tables& tab, bo
   }
 }
 
+// A strip's quads nibble-packed (pack_lanes): quad J of rows 16v + l at byte 64 J + 4 l + b,
+// v = 0 in the low nibbles, v = 1 in the high ones (out: 16 · cols bytes).
+inline void PackLanesStrip(const PackedMatrix& w, int64_t s0, uint8_t* out) {
+  const Unpack64Tables tab = MakeUnpack64(w.bits);
+  const int64_t m = std::min<int64_t>(kLaneRows, w.rows - s0);
+  alignas(64) uint8_t wq[kLaneRows * 64];
+  for (int64_t c0 = 0; c0 < w.cols; c0 += 64) {
+    InterleaveStrip(w, tab, false, s0, m, c0, c0 + 64, wq);
+    for (int j = 0; j < 16; ++j) {
+      const __m512i a = _mm512_load_si512(wq + j * 128), b = _mm512_load_si512(wq + j * 128 + 64);
+      _mm512_storeu_si512(out + (c0 / 4 + j) * 64, _mm512_or_si512(a, _mm512_slli_epi16(b, 4)));
+    }
+  }
+}
+
 // 32 rows × kT tokens over columns [c0, c1) (wq: those columns' quads), continuing the sums in
 // acc[t * 32 + row]. A block of 32 columns (one activation scale d per token) sums codes × q
 // and codes × r in integers, then adds (256·A + B)·s·d/256 in f32, s the rows' weight scale
 // for the block (per 16 columns at groups of 16): the same operations whatever the chunks.
-template <int kT, bool kG16>
+template <int kT, bool kG16, bool kPacked>
 HWY_INLINE void LaneTile(int64_t c0, int64_t c1, int64_t group, const uint8_t* wq, const float* st,
                          const float* bt, const int8_t* const* q, const int8_t* const* r,
-                         const float* const* dv, const float* const* gs, float* io) {
+                         const float* const* dv, const float* const* gs, float* io,
+                         int64_t pf = 0) {
   constexpr int kSub = kG16 ? 2 : 1, kQuads = 8 / kSub;  // flushes per block, quads per flush
   __m512 acc[2][kT];
 #pragma GCC unroll 4
@@ -82,11 +100,21 @@ HWY_INLINE void LaneTile(int64_t c0, int64_t c1, int64_t group, const uint8_t* w
 #pragma GCC unroll 4
       for (int t = 0; t < kT; ++t) A[0][t] = A[1][t] = B[0][t] = B[1][t] = _mm512_setzero_si512();
       const int64_t k0 = b * 32 + sub * 16 * (kSub - 1);
-      const uint8_t* wp = wq + ((k0 - c0) / 4) * 128;
+      const uint8_t* wp = wq + ((k0 - c0) / 4) * (kPacked ? 64 : 128);
 #pragma GCC unroll 8
       for (int j = 0; j < kQuads; ++j) {
-        const __m512i w0 = _mm512_loadu_si512(wp + j * 128);
-        const __m512i w1 = _mm512_loadu_si512(wp + j * 128 + 64);
+        __m512i w0, w1;
+        if constexpr (kPacked) {
+          // Prepacked strips stream from L3 or DRAM in order: each load requests the line pf
+          // bytes on, spread over the compute (packed_matmul_q8.cc Prefetch).
+          Prefetch(wp + j * 64 + pf);
+          const __m512i p = _mm512_loadu_si512(wp + j * 64), lo = _mm512_set1_epi8(0x0F);
+          w0 = _mm512_and_si512(p, lo);
+          w1 = _mm512_and_si512(_mm512_srli_epi16(p, 4), lo);
+        } else {
+          w0 = _mm512_loadu_si512(wp + j * 128);
+          w1 = _mm512_loadu_si512(wp + j * 128 + 64);
+        }
 #pragma GCC unroll 4
         for (int t = 0; t < kT; ++t) {
           int32_t qq, rr;
@@ -129,6 +157,13 @@ HWY_INLINE void LaneTile(int64_t c0, int64_t c1, int64_t group, const uint8_t* w
   }
 }
 
+// 16 bf16 or f16 values as f32.
+inline __m512 Widen16(DType t, const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  if (t == DType::kF16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 // out[g * 32 + i] = v[min(i, m - 1) * G + g] for g < G, i < 32, by 16×16 transposes: per call,
 // so small batches feel a scalar loop here.
 inline void ByGroup(const float* v, int64_t G, int64_t m, float* out) {
@@ -164,18 +199,48 @@ inline void GemmLanes(const PackedMatrix& w, const ActQ8& xq, const float* gsum,
   st.resize(static_cast<size_t>(G * kLaneRows));
   bt.resize(static_cast<size_t>(G * kLaneRows));
   acc.resize(static_cast<size_t>((n + kLaneTokens) * kLaneRows));
-  for (int64_t s0 = r0; s0 < r1; s0 += kLaneRows) {
+  // Prepacked strips lie at multiples of 32 rows; a range that starts elsewhere unpacks its own.
+  const bool pre = w.lanes != nullptr && r0 % kLaneRows == 0;
+  const auto es = static_cast<int64_t>(dtype_size(w.scale_dtype));
+  // Prepacked strips are taken from kParts parts of the range in turn: a core keeps several
+  // streams of misses in flight (the per-token kernels' StripPlan parts), which decode from DRAM
+  // needs. Each strip is finished before the next, so the bits do not depend on the order.
+  const int64_t strips = (r1 - r0 + kLaneRows - 1) / kLaneRows;
+  const int64_t parts = pre ? std::min<int64_t>(kLaneParts, strips) : 1;
+  const int64_t per = (strips + parts - 1) / parts;
+  for (int64_t i = 0; i < per * parts; ++i) {
+    const int64_t k = (i % parts) * per + i / parts;
+    if (k >= strips) continue;
+    const int64_t s0 = r0 + k * kLaneRows;
     const int64_t m = std::min<int64_t>(kLaneRows, r1 - s0);
-    if (fp4)
-      StripScalesFp4(w, s0, m, sc.data(), sb.data());
-    else
-      StripScales(w, s0, m, sc.data(), sb.data());
-    ByGroup(sc.data(), G, m, st.data());  // scales and biases as [group][row]
-    ByGroup(sb.data(), G, m, bt.data());
+    const float *sg = st.data(), *bg = bt.data();  // scales and biases as [group][row]
+    if (pre) {
+      const uint8_t* ls = w.lane_scales + (s0 / kLaneRows) * 2 * G * kLaneRows * es;
+      if (s0 + kLaneRows < r1)  // the next strip's scales and biases
+        for (int64_t o = 0; o < 2 * G * kLaneRows * es; o += 64)
+          Prefetch(ls + 2 * G * kLaneRows * es + o);
+      if (w.scale_dtype == DType::kF32) {
+        sg = reinterpret_cast<const float*>(ls), bg = sg + G * kLaneRows;
+      } else {
+        const auto* h = reinterpret_cast<const uint16_t*>(ls);
+        for (int64_t i = 0; i < G * kLaneRows; i += 16) {
+          _mm512_storeu_ps(st.data() + i, Widen16(w.scale_dtype, h + i));
+          _mm512_storeu_ps(bt.data() + i, Widen16(w.scale_dtype, h + G * kLaneRows + i));
+        }
+      }
+    } else {
+      if (fp4)
+        StripScalesFp4(w, s0, m, sc.data(), sb.data());
+      else
+        StripScales(w, s0, m, sc.data(), sb.data());
+      ByGroup(sc.data(), G, m, st.data());
+      ByGroup(sb.data(), G, m, bt.data());
+    }
     std::fill(acc.begin(), acc.end(), 0.0f);
     for (int64_t c0 = 0; c0 < cols; c0 += kChunk) {
       const int64_t c1 = std::min(cols, c0 + kChunk);
-      InterleaveStrip(w, tab, fp4, s0, m, c0, c1, wq.data());
+      const uint8_t* src = pre ? w.lanes + (s0 / kLaneRows) * 16 * cols + c0 / 4 * 64 : wq.data();
+      if (!pre) InterleaveStrip(w, tab, fp4, s0, m, c0, c1, wq.data());
       for (int64_t t0 = 0; t0 < n; t0 += kLaneTokens) {
         const int8_t *tq[kLaneTokens], *tr[kLaneTokens];
         const float *td[kLaneTokens], *tg[kLaneTokens];
@@ -187,12 +252,15 @@ inline void GemmLanes(const PackedMatrix& w, const ActQ8& xq, const float* gsum,
         }
         float* io = acc.data() + t0 * kLaneRows;
         auto tile = [&]<int kT>() {
-          if (w.group == 16)
-            LaneTile<kT, true>(c0, c1, w.group, wq.data(), st.data(), bt.data(), tq, tr, td, tg,
-                               io);
+          const int64_t pf = kLanePrefetch;
+          if (w.group == 16 && pre)
+            LaneTile<kT, true, true>(c0, c1, w.group, src, sg, bg, tq, tr, td, tg, io, pf);
+          else if (w.group == 16)
+            LaneTile<kT, true, false>(c0, c1, w.group, src, sg, bg, tq, tr, td, tg, io);
+          else if (pre)
+            LaneTile<kT, false, true>(c0, c1, w.group, src, sg, bg, tq, tr, td, tg, io, pf);
           else
-            LaneTile<kT, false>(c0, c1, w.group, wq.data(), st.data(), bt.data(), tq, tr, td, tg,
-                                io);
+            LaneTile<kT, false, false>(c0, c1, w.group, src, sg, bg, tq, tr, td, tg, io);
         };
         WithTokens(std::min<int64_t>(kLaneTokens, n - t0), tile);
       }

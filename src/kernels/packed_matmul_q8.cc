@@ -480,8 +480,8 @@ bool ReadsNibblesImpl(const PackedMatrix& w, int64_t n, BatchKernel kernel) {
   if (!nibbles || !SupportedImpl(w)) return false;
 #if HWY_TARGET == HWY_AVX3_DL
   // The lanes read x in natural order (MatmulQ8Impl's choice).
-  const bool lanes =
-      kernel == BatchKernel::kTiles || (kernel == BatchKernel::kAuto && n >= kGemmMinTokens);
+  const bool lanes = w.lanes != nullptr || kernel == BatchKernel::kTiles ||
+                     (kernel == BatchKernel::kAuto && n >= kGemmMinTokens);
   if (lanes && TilesSupportedImpl(w)) return false;
 #else
   (void)n, (void)kernel;
@@ -524,8 +524,8 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
   // kernel's bits.
   // 8-bit batches that must keep the per-token bits (speculative checks, short batches) take the
   // tiles; prefills (16+ tokens, or the server's chunks) the lanes, which are faster.
-  const bool lanes =
-      kernel == BatchKernel::kTiles || (kernel == BatchKernel::kAuto && xq.n >= kGemmMinTokens);
+  const bool lanes = w.lanes != nullptr || kernel == BatchKernel::kTiles ||
+                     (kernel == BatchKernel::kAuto && xq.n >= kGemmMinTokens);
   const bool same_bits = affine && w.bits == 8 && xq.n >= 2 && !lanes;
   if ((lanes || same_bits) && TilesSupportedImpl(w)) {
     if (same_bits)
@@ -662,6 +662,28 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
 #endif
 }
 
+std::vector<uint8_t> PackLanesImpl(const PackedMatrix& w) {
+  std::vector<uint8_t> out;
+#if defined(TQ_Q8_KERNELS) && HWY_TARGET == HWY_AVX3_DL
+  if (w.format != WeightFormat::kAffine || w.bits != 4 || !TilesSupportedImpl(w)) return out;
+  const int64_t strips = (w.rows + kLaneRows - 1) / kLaneRows, G = w.groups();
+  const auto es = static_cast<int64_t>(dtype_size(w.scale_dtype));
+  out.resize(static_cast<size_t>(strips * (16 * w.cols + 2 * G * kLaneRows * es)));
+  uint8_t* sp = out.data() + strips * 16 * w.cols;
+  for (int64_t k = 0; k < strips; ++k) {
+    PackLanesStrip(w, k * kLaneRows, out.data() + k * 16 * w.cols);
+    for (const uint8_t* v : {w.scales, w.biases})
+      for (int64_t g = 0; g < G; ++g)
+        for (int64_t i = 0; i < kLaneRows; ++i, sp += es)
+          std::memcpy(sp, v + (std::min(k * kLaneRows + i, w.rows - 1) * G + g) * es,
+                      static_cast<size_t>(es));
+  }
+#else
+  (void)w;
+#endif
+  return out;
+}
+
 #undef TQ_Q8_KERNELS
 #undef TQ_Q8_VNNI_TARGET
 
@@ -678,6 +700,16 @@ HWY_EXPORT(ReadsNibblesImpl);
 HWY_EXPORT(QuantizeBlocksImpl);
 HWY_EXPORT(MatmulQ8Impl);
 HWY_EXPORT(Int8PathImpl);
+HWY_EXPORT(PackLanesImpl);
+
+std::vector<uint8_t> pack_lanes(const PackedMatrix& w) {
+  return HWY_DYNAMIC_DISPATCH(PackLanesImpl)(w);
+}
+
+void use_lanes(PackedMatrix& w, const std::vector<uint8_t>& packed) {
+  w.lanes = packed.data();
+  w.lane_scales = packed.data() + (w.rows + 31) / 32 * 16 * w.cols;
+}
 
 const char* packed_int8_path() { return HWY_DYNAMIC_DISPATCH(Int8PathImpl)(); }
 

@@ -25,6 +25,11 @@ struct PackedMatrix {
   const uint8_t* data = nullptr;    // rows * row_bytes() bytes, row-major
   const uint8_t* scales = nullptr;  // [rows, cols / group] of scale_dtype (quantized only)
   const uint8_t* biases = nullptr;  // [rows, cols / group] of scale_dtype (affine only)
+  // The codes, scales and biases again in the lanes kernel's order (pack_lanes,
+  // kernels/packed_matmul.h), or null: with them every batch size takes that kernel. Owned by
+  // whoever set them (use_lanes).
+  const uint8_t* lanes = nullptr;
+  const uint8_t* lane_scales = nullptr;
 
   int64_t row_bytes() const { return cols * bits / 8; }
   int64_t groups() const { return group > 0 ? cols / group : 0; }

@@ -31,7 +31,12 @@ int64_t packed_prefetch_q8(const PackedMatrix& w, const StripPlan& plan, int64_t
     const int n = plan.segments(k, seg0, seg_n);
     for (int s = 0; s < n; ++s) {
       rows += seg_n[s];
-      prefetch_range(w.data + seg0[s] * rb, seg_n[s] * rb);
+      // Prepacked codes take as many bytes per row, 32 rows to a strip.
+      prefetch_range((w.lanes != nullptr ? w.lanes : w.data) + seg0[s] * rb, seg_n[s] * rb);
+      if (w.lane_scales != nullptr) {  // both as many bytes per row, together per strip
+        prefetch_range(w.lane_scales + 2 * seg0[s] * sbytes, 2 * seg_n[s] * sbytes);
+        continue;
+      }
       if (w.scales != nullptr) prefetch_range(w.scales + seg0[s] * sbytes, seg_n[s] * sbytes);
       if (w.biases != nullptr) prefetch_range(w.biases + seg0[s] * sbytes, seg_n[s] * sbytes);
     }

@@ -115,9 +115,10 @@ class FastRuntime final : public Runtime {
   ModelConfig cfg;
   RuntimeOptions opts;
   std::vector<double> inv_freq;
-  std::unique_ptr<DirTensorSource> dir;   // the mapped files the matrices point into
-  std::deque<std::vector<float>> owned;   // f32 matrices that could not be used in place
-  std::deque<MlxQuantBytes> owned_quant;  // GGUF blocks re-encoded as MLX quantizations
+  std::unique_ptr<DirTensorSource> dir;          // the mapped files the matrices point into
+  std::deque<std::vector<float>> owned;          // f32 matrices that could not be used in place
+  std::deque<MlxQuantBytes> owned_quant;         // GGUF blocks re-encoded as MLX quantizations
+  std::deque<std::vector<uint8_t>> owned_lanes;  // codes prepacked (RuntimeOptions::prepack)
   ModelTensors<PackedMatrix> t;
   // qwen3_5's MTP head (RuntimeOptions::mtp): its mapped files and tensors; its layer runs
   // as layer num_hidden_layers, slot 0 of its own cache.
@@ -133,6 +134,8 @@ class FastRuntime final : public Runtime {
   // thread that starts late hands work to the other), else 1 (weights stream from DRAM, best as
   // one contiguous range per thread).
   int slices_per_thread = 1;
+  // Rows the int8 products split at: the lanes' strips where codes are prepacked.
+  int64_t q8_align = 8;
 
   // Scratch reused across calls (forward is one call at a time: the mutex).
   mutable std::mutex mu;
@@ -184,11 +187,28 @@ class FastRuntime final : public Runtime {
   template <typename T>
   void attention(T* kt, T* vc, int64_t ks, const float* kn, const float* vn, const float* q,
                  int64_t n, int64_t p0, bool blas, float* att) const;
+  // Every product's matrix whose codes the lanes kernel takes gets them prepacked; the mapped
+  // originals' pages are handed back (the f32 path and embedding rows fault them in again).
+  void prepack_products();
   template <typename F>
   void split_rows(std::initializer_list<MatJob> jobs, int64_t n, int64_t align, int per_thread,
                   F&& product) const;
   mutable std::vector<float> dense;  // a strip of rows decoded for the prefill GEMM
 };
+
+void FastRuntime::prepack_products() {
+  for (const ProductRows& p : products)
+    for (int j = 0; j < p.count; ++j) {
+      auto& w = const_cast<PackedMatrix&>(*p.w[static_cast<size_t>(j)]);
+      std::vector<uint8_t> lanes = pack_lanes(w);
+      if (lanes.empty()) continue;
+      use_lanes(w, owned_lanes.emplace_back(std::move(lanes)));
+      q8_align = 32;
+      if (dir == nullptr || w.data == t.embed.data) continue;
+      const std::span<const uint8_t> codes(w.data, static_cast<size_t>(w.rows * w.row_bytes()));
+      for (const auto& f : dir->files()) f.release(codes);
+    }
+}
 
 Result<PackedMatrix> FastRuntime::matrix(const TensorSource& ts, const TensorSpec& s) {
   const TensorInfo* ti = ts.find(s.name);
@@ -311,7 +331,11 @@ void FastRuntime::run(std::initializer_list<MatJob> jobs, const float* xin, int6
   // Two groups of rows, each with its kernel choice: [0, split) per token, the others by their
   // count, or with batch_invariant on the batch kernels.
   const bool inv = opts.batch_invariant;
-  const int64_t cols = jobs.begin()->w->cols, s = split, rest = n - s;
+  // Prepacked codes give every row the lanes' bits whatever the choice: one group, so each
+  // strip is read once for decode rows and prefill tokens together.
+  const bool lanes = q8 && std::all_of(jobs.begin(), jobs.end(),
+                                       [](const MatJob& j) { return j.w->lanes != nullptr; });
+  const int64_t cols = jobs.begin()->w->cols, s = lanes ? 0 : split, rest = n - s;
   const BatchKernel first = BatchKernel::kPerToken;
   const BatchKernel second = inv ? BatchKernel::kTiles : BatchKernel::kAuto;
   if (q8 && s > 0) quantize_act_q8(xin, s, cols, &xq2);
@@ -329,7 +353,7 @@ void FastRuntime::run(std::initializer_list<MatJob> jobs, const float* xin, int6
   }
   // The int8 kernels read each slice's rows from several parts of it at once for every model,
   // not only those larger than the last-level cache: a shared LLC holds less than it says.
-  split_rows(jobs, n, 8, slices_per_thread, [&](const MatJob& j, int64_t lo, int64_t hi) {
+  split_rows(jobs, n, q8_align, slices_per_thread, [&](const MatJob& j, int64_t lo, int64_t hi) {
     const bool int8 = q8 && packed_q8_supported(*j.w);
     float* y2 = j.y + s * j.ldy;
     if (s > 0) {
@@ -528,8 +552,11 @@ Result<std::unique_ptr<Runtime>> load_fast_runtime(const ModelSource& src,
     m.products.push_back({{&L.down}, 1});
   }
   m.products.push_back({{&m.t.lm_head}, 1});
+  const bool pre = opts.prepack == Prepack::kOn || (opts.prepack == Prepack::kAuto && !dram);
+  if (pre && opts.activations != ActPath::kF32) m.prepack_products();
   if (opts.read_ahead > 0) {
-    m.read_ahead = std::make_unique<ReadAhead>(*m.pool, 8, m.slices_per_thread, opts.read_ahead);
+    m.read_ahead =
+        std::make_unique<ReadAhead>(*m.pool, m.q8_align, m.slices_per_thread, opts.read_ahead);
     m.pool->set_idle_work(m.read_ahead.get());
   }
   return std::unique_ptr<Runtime>(std::move(fm));

@@ -42,6 +42,8 @@ struct KvCache {
   }
 };
 
+enum class Prepack : uint8_t { kAuto, kOn, kOff };
+
 // Fast runtime: the element type of the KV cache. f16 halves the bytes decode attention reads.
 enum class KvType : uint8_t { kF16, kF32 };
 
@@ -76,6 +78,11 @@ struct RuntimeOptions {
   int64_t read_ahead = 1 << 20;
   bool tiles = true;
   bool amx = true;
+  // Fast runtime: 4-bit codes prepacked at load for the lanes kernel (kernels/packed_matmul.h
+  // pack_lanes), which then takes every batch size: decode, a server's batched rows and
+  // prefill chunks on one kernel and one pass over the weights. kAuto: where the weights fit
+  // the last-level cache (from DRAM one stream decodes faster on the per-token kernels).
+  Prepack prepack = Prepack::kAuto;
   // Fast runtime: a sequence's logits do not depend on what else shares its forward_batch call
   // (a server's promise): one-token sequences take the per-token kernels and longer ones the
   // batch kernels whatever the batch holds; never OpenBLAS or AMX.

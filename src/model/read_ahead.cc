@@ -42,7 +42,10 @@ bool ReadAhead::step(int thread) {
     if (j > c.job) c.job = j, c.strip = 0;
     // The order the kernel will read in: parts of the range where the int8 kernels or the
     // mxfp8 decode kernel run.
-    const StripPlan plan(w, lo, hi, packed_q8_supported(w) || w.format == WeightFormat::kMxfp8);
+    // (Prepacked codes: the lanes kernel's strips in order.)
+    const StripPlan plan(
+        w, lo, hi,
+        w.lanes == nullptr && (packed_q8_supported(w) || w.format == WeightFormat::kMxfp8));
     while (c.strip < plan.strips && c.bytes - start < kStepBytes && c.bytes < budget_)
       c.bytes += packed_prefetch_q8(w, plan, c.strip, c.strip + 1), ++c.strip;
     if (c.bytes >= budget_) break;

@@ -26,6 +26,7 @@ struct Scheduler::Seq {
   int forks = 0;             // choices still to fork from this one when its prefill ends
   int64_t blocks = 0;        // KV blocks held (a sequence that forks: its choices' too, until then)
   int64_t prefilled = 0;     // prompt tokens in the cache
+  int64_t burst_end = 0;     // prompt tokens up to which chunks are whole (prefill_burst)
   std::vector<Digest> keys;  // the prompt's block chain (with a prompt cache)
   int64_t chunk = 0;         // prompt tokens fed this step (0: a decode row)
   int32_t last = -1;         // the token to feed next (decode)
@@ -163,6 +164,7 @@ void Scheduler::run() {
         m_.prompt_tokens += len;
         m_.kv_bytes += s->cache.bytes();
         if (o_.prompt_cache != nullptr) reuse_cached(*s);
+        s->burst_end = s->prefilled + o_.prefill_burst;
         running.push_back(std::move(s));
       }
       running_count_ = static_cast<int64_t>(running.size());
@@ -212,17 +214,18 @@ void Scheduler::step(std::vector<std::unique_ptr<Seq>>& running) {
   bool prefilling = false;
   for (auto& s : running) {  // in admission order
     if (s->decoding()) continue;
-    if (allowance < kPrefillSameBitsMinTokens) break;
+    const bool burst = s->prefilled < s->burst_end;
+    if (!burst && allowance < kPrefillSameBitsMinTokens) continue;
     const auto& p = s->job->prompt;
     // Cut at multiples of prefill_chunk; a cap ends a chunk earlier, but never one token before
     // a cut (a one-token chunk takes the decode kernels, whose bits differ from the cold run's).
     const int64_t cut = std::min<int64_t>(static_cast<int64_t>(p.size()),
                                           (s->prefilled / o_.prefill_chunk + 1) * o_.prefill_chunk);
-    int64_t end = allowance >= cut - s->prefilled ? cut : s->prefilled + allowance;
+    int64_t end = burst || allowance >= cut - s->prefilled ? cut : s->prefilled + allowance;
     if (cut - end == 1) end = end - 1 - s->prefilled >= kPrefillSameBitsMinTokens ? end - 1 : cut;
     const int64_t n = end - s->prefilled;
     if (prefilling && n > budget) break;
-    allowance -= n;
+    allowance = std::max<int64_t>(0, allowance - n);
     prefill_tokens += n;
     s->chunk = n;
     steps.push_back({std::span<const int32_t>(p.data() + s->prefilled, static_cast<size_t>(n)),

@@ -717,7 +717,7 @@ def test_capped_prefill_beside_a_decoding_stream_gives_the_same_tokens(tq_bin, s
     """--max-itl-factor 1 (the tightest cap): a prompt admitted while another stream decodes is
     prefilled two tokens a step beside it, and its greedy tokens equal those of a lone run."""
     s = Server(tq_bin, smollm2_gguf, "--threads", "2", "--ctx", str(CTX), "--max-seqs", "2",
-               "--max-itl-factor", "1")
+               "--max-itl-factor", "1", "--prefill-burst", "0")
     try:
         c = client(s)
         mid = model_id(s)

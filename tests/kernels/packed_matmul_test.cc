@@ -380,6 +380,59 @@ TEST(PackedMatmul, Int8ActivationsEqualTheirScalarReference) {
   }
 }
 
+// Prepacked 4-bit codes (pack_lanes): every token count, aligned or not, gives the bits of the
+// lanes kernel unpacking the codes itself, and each token the bits it gets alone.
+TEST(PackedMatmul, PrepackedLanesKeepTheBatchKernelsBits) {
+  uint32_t seed = 900;
+  int checked = 0;
+  for (const Spec& sp : {Spec{WeightFormat::kAffine, 4, 64, DType::kBF16},
+                         Spec{WeightFormat::kAffine, 4, 32, DType::kF32},
+                         Spec{WeightFormat::kAffine, 4, 128, DType::kF16}})
+    for (int64_t rows : {int64_t{40}, int64_t{96}})
+      for (int64_t cols : {int64_t{576}, int64_t{2048}}) {
+        if (cols % sp.group != 0) continue;
+        Case c = make_case(sp.f, sp.bits, sp.group, sp.sdt, rows, cols, seed++);
+        SCOPED_TRACE(weight_format_str(c.m) + " rows " + std::to_string(rows) + " cols " +
+                     std::to_string(cols));
+        for_each_target([&] {
+          std::vector<uint8_t> lanes = pack_lanes(c.m);
+          if (lanes.empty()) return;
+          ++checked;
+          const int64_t strips = (rows + 31) / 32, es = dtype_size(sp.sdt);
+          ASSERT_EQ(lanes.size(),
+                    static_cast<size_t>(strips * (16 * cols + 2 * (cols / sp.group) * 32 * es)));
+          PackedMatrix pre = c.m;
+          use_lanes(pre, lanes);
+          EXPECT_FALSE(packed_q8_reads_nibbles(pre, 1, BatchKernel::kPerToken));
+          for (int64_t n : {1, 2, 5, 17}) {
+            SCOPED_TRACE("tokens " + std::to_string(n));
+            std::vector<float> x = random_x(n, cols, seed++);
+            ActQ8 xq;
+            quantize_act_q8(x.data(), n, cols, &xq);
+            std::vector<float> want(static_cast<size_t>(n * rows), NAN), y(want.size(), NAN);
+            packed_matmul_q8(c.m, xq, want.data(), rows, 0, rows, true, BatchKernel::kTiles);
+            for (int64_t split : {int64_t{32}, int64_t{8}}) {  // aligned strips, then not
+              packed_matmul_q8(pre, xq, y.data(), rows, 0, split, true, BatchKernel::kPerToken);
+              packed_matmul_q8(pre, xq, y.data(), rows, split, rows, true, BatchKernel::kAuto);
+              EXPECT_EQ(y, want) << "split at " << split;
+            }
+            for (int64_t t = 0; t < n; ++t) {
+              ActQ8 one;
+              quantize_act_q8(x.data() + t * cols, 1, cols, &one);
+              std::vector<float> alone(static_cast<size_t>(rows), NAN);
+              packed_matmul_q8(pre, one, alone.data(), rows, 0, rows, true, BatchKernel::kAuto);
+              EXPECT_EQ(alone,
+                        std::vector<float>(want.begin() + t * rows, want.begin() + (t + 1) * rows))
+                  << "token " << t;
+            }
+          }
+        });
+      }
+  bool dl = false;  // the lanes kernel's target
+  for (int64_t t : hwy::SupportedAndGeneratedTargets()) dl |= t == HWY_AVX3_DL;
+  EXPECT_EQ(checked > 0, dl);
+}
+
 // packed_q8_reads_nibbles says which calls read ActQ8's nibble-order planes (the runtime skips
 // filling them otherwise): where it says no, poisoned planes give the same bits; where it says
 // yes, other results.

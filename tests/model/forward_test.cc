@@ -420,42 +420,46 @@ TEST_P(TinyForward, BatchOfSequencesEqualsEachAlone) {
 
 // batch_invariant: decode steps of several sequences and a prefill in one call give each the
 // very bits it gets alone (one-token rows on the per-token kernels, the others on the tiles,
-// whatever the batch), on a 4-bit model.
+// whatever the batch; with prepacked codes all on the lanes), on a 4-bit model.
 TEST_P(TinyForward, BatchInvariantDecodeIsBitIdenticalToAlone) {
   testing::TempDir dir;
   auto src = open_model(write_tiny_q4_model(dir, GetParam()));
   ASSERT_TRUE(src.ok()) << src.error().message;
-  auto t = Transformer::load(*src, RuntimeOptions{.threads = 2, .batch_invariant = true});
-  ASSERT_TRUE(t.ok()) << t.error().message;
-  const int64_t V = (*t)->config().vocab_size;
-  for (const int nseq : {1, 3, 4, 6}) {
-    SCOPED_TRACE(std::to_string(nseq) + " sequences");
-    std::vector<KvCache> alone, batched;
-    std::vector<std::vector<float>> want(nseq, std::vector<float>(V)), got = want;
-    std::vector<int32_t> next(nseq);
-    std::vector<SeqStep> steps;
-    for (int s = 0; s < nseq; ++s) {
-      std::vector<int32_t> prompt(3 + 2 * s);
-      for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = (i * 29 + s * 13 + 1) % V;
-      std::vector<float> lg(prompt.size() * V);
-      for (auto* v : {&alone, &batched}) {
-        v->push_back((*t)->new_cache(32));
-        ASSERT_TRUE((*t)->forward(prompt, v->back(), lg).ok());
+  for (const Prepack pp : {Prepack::kOn, Prepack::kOff}) {
+    SCOPED_TRACE(pp == Prepack::kOn ? "prepacked" : "not prepacked");
+    auto t = Transformer::load(
+        *src, RuntimeOptions{.threads = 2, .prepack = pp, .batch_invariant = true});
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    const int64_t V = (*t)->config().vocab_size;
+    for (const int nseq : {1, 3, 4, 6}) {
+      SCOPED_TRACE(std::to_string(nseq) + " sequences");
+      std::vector<KvCache> alone, batched;
+      std::vector<std::vector<float>> want(nseq, std::vector<float>(V)), got = want;
+      std::vector<int32_t> next(nseq);
+      std::vector<SeqStep> steps;
+      for (int s = 0; s < nseq; ++s) {
+        std::vector<int32_t> prompt(3 + 2 * s);
+        for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = (i * 29 + s * 13 + 1) % V;
+        std::vector<float> lg(prompt.size() * V);
+        for (auto* v : {&alone, &batched}) {
+          v->push_back((*t)->new_cache(32));
+          ASSERT_TRUE((*t)->forward(prompt, v->back(), lg).ok());
+        }
+        next[s] = (s * 17 + 4) % V;
+        ASSERT_TRUE((*t)->forward(std::span(&next[s], 1), alone[s], want[s], false).ok());
       }
-      next[s] = (s * 17 + 4) % V;
-      ASSERT_TRUE((*t)->forward(std::span(&next[s], 1), alone[s], want[s], false).ok());
+      for (int s = 0; s < nseq; ++s)
+        steps.push_back({std::span<const int32_t>(&next[s], 1), &batched[s], got[s], false});
+      // And a prompt of 6 tokens prefilled beside them, all its logits.
+      const std::vector<int32_t> prompt = {4, 8, 15, 16, 23, 42};
+      KvCache pa = (*t)->new_cache(16), pb = (*t)->new_cache(16);
+      std::vector<float> pwant(prompt.size() * V), pgot(pwant.size());
+      ASSERT_TRUE((*t)->forward(prompt, pa, pwant).ok());
+      steps.insert(steps.begin() + nseq / 2, SeqStep{prompt, &pb, pgot, true});
+      ASSERT_TRUE((*t)->forward_batch(steps).ok());
+      for (int s = 0; s < nseq; ++s) EXPECT_EQ(want[s], got[s]) << "sequence " << s;
+      EXPECT_EQ(pwant, pgot) << "prefill";
     }
-    for (int s = 0; s < nseq; ++s)
-      steps.push_back({std::span<const int32_t>(&next[s], 1), &batched[s], got[s], false});
-    // And a prompt of 6 tokens prefilled beside them, all its logits.
-    const std::vector<int32_t> prompt = {4, 8, 15, 16, 23, 42};
-    KvCache pa = (*t)->new_cache(16), pb = (*t)->new_cache(16);
-    std::vector<float> pwant(prompt.size() * V), pgot(pwant.size());
-    ASSERT_TRUE((*t)->forward(prompt, pa, pwant).ok());
-    steps.insert(steps.begin() + nseq / 2, SeqStep{prompt, &pb, pgot, true});
-    ASSERT_TRUE((*t)->forward_batch(steps).ok());
-    for (int s = 0; s < nseq; ++s) EXPECT_EQ(want[s], got[s]) << "sequence " << s;
-    EXPECT_EQ(pwant, pgot) << "prefill";
   }
 }
 
