@@ -49,10 +49,20 @@ def native_bench(gguf, a, bin_dir):
     """llama-bench (native build): prefill of L tokens, and decode of --gen tokens at depth L."""
     lb = str(Path(bin_dir) / "llama-bench")
     common = ["-m", str(gguf), "-t", str(a.threads), "-r", "1", "-o", "json", "-ngl", "0"]
-    pre = subprocess.run([lb, *common, "-p", a.prompt_lengths, "-n", "0"], capture_output=True,
-                         text=True, check=True)
-    dec = subprocess.run([lb, *common, "-p", "0", "-n", str(a.gen), "-d", a.prompt_lengths],
-                         capture_output=True, text=True, check=True)
+
+    def run(args):
+        # llama.cpp 0.3.36's AMX weight repacking segfaults on some Xeons (model 167): its best
+        # that runs there is without repacking, said on stderr.
+        r = subprocess.run([lb, *common, *args], capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"run.py: llama-bench exited {r.returncode}; again with --repack 0",
+                  file=sys.stderr)
+            r = subprocess.run([lb, *common, "--repack", "0", *args], capture_output=True,
+                               text=True, check=True)
+        return r
+
+    pre = run(["-p", a.prompt_lengths, "-n", "0"])
+    dec = run(["-p", "0", "-n", str(a.gen), "-d", a.prompt_lengths])
     out = {}
     for t in json.loads(pre.stdout):
         out.setdefault(t["n_prompt"], [0.0, 0.0])[0] = t["avg_ts"]

@@ -7,8 +7,7 @@
 #if HWY_TARGET == HWY_AVX3_DL
 
 constexpr int kLaneRows = 32, kLaneTokens = 4;
-constexpr int64_t kLanePrefetch = 8192;  // bytes ahead in a prepacked strip stream
-constexpr int64_t kLaneParts = 2;        // prepacked strip streams per call
+constexpr int64_t kLanePrefetch = 2048;  // bytes ahead in a prepacked strip stream
 
 // o[j] = dword j of each r[l] in lane l: a 16×16 transpose of 4-byte elements.
 HWY_INLINE void Transpose16x16(const __m512i* r, __m512i* o) {
@@ -202,16 +201,7 @@ inline void GemmLanes(const PackedMatrix& w, const ActQ8& xq, const float* gsum,
   // Prepacked strips lie at multiples of 32 rows; a range that starts elsewhere unpacks its own.
   const bool pre = w.lanes != nullptr && r0 % kLaneRows == 0;
   const auto es = static_cast<int64_t>(dtype_size(w.scale_dtype));
-  // Prepacked strips are taken from kParts parts of the range in turn: a core keeps several
-  // streams of misses in flight (the per-token kernels' StripPlan parts), which decode from DRAM
-  // needs. Each strip is finished before the next, so the bits do not depend on the order.
-  const int64_t strips = (r1 - r0 + kLaneRows - 1) / kLaneRows;
-  const int64_t parts = pre ? std::min<int64_t>(kLaneParts, strips) : 1;
-  const int64_t per = (strips + parts - 1) / parts;
-  for (int64_t i = 0; i < per * parts; ++i) {
-    const int64_t k = (i % parts) * per + i / parts;
-    if (k >= strips) continue;
-    const int64_t s0 = r0 + k * kLaneRows;
+  for (int64_t s0 = r0; s0 < r1; s0 += kLaneRows) {
     const int64_t m = std::min<int64_t>(kLaneRows, r1 - s0);
     const float *sg = st.data(), *bg = bt.data();  // scales and biases as [group][row]
     if (pre) {
