@@ -281,17 +281,12 @@ def main():
     top = max(concs)
     arms = {}
     try:
-        port = free_port()
-        arms["tq"] = (Proc("tq", [a.tq_bin, "serve", a.tq, "--port", str(port), "--threads",
-                                  str(a.threads), "--max-seqs", str(top), "--ctx", str(a.ctx),
-                                  "--queue", str(a.requests), *a.tq_args.split()], port,
-                                 "/health/ready"), {})
-        for extra_args in a.tq_arm:
+        for extra in ["", *a.tq_arm]:  # "tq", then one arm per --tq-arm
             port = free_port()
-            arms[f"tq {extra_args}"] = (
+            arms[f"tq {extra}".strip()] = (
                 Proc("tq", [a.tq_bin, "serve", a.tq, "--port", str(port), "--threads",
                             str(a.threads), "--max-seqs", str(top), "--ctx", str(a.ctx), "--queue",
-                            str(a.requests), *a.tq_args.split(), *extra_args.split()], port,
+                            str(a.requests), *a.tq_args.split(), *extra.split()], port,
                      "/health/ready"), {})
         if a.llama:
             exe = a.llama_server

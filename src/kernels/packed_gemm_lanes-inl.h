@@ -156,13 +156,6 @@ HWY_INLINE void LaneTile(int64_t c0, int64_t c1, int64_t group, const uint8_t* w
   }
 }
 
-// 16 bf16 or f16 values as f32.
-inline __m512 Widen16(DType t, const uint16_t* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  if (t == DType::kF16) return _mm512_cvtph_ps(h);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
-
 // out[g * 32 + i] = v[min(i, m - 1) * G + g] for g < G, i < 32, by 16×16 transposes: per call,
 // so small batches feel a scalar loop here.
 inline void ByGroup(const float* v, int64_t G, int64_t m, float* out) {
@@ -212,11 +205,8 @@ inline void GemmLanes(const PackedMatrix& w, const ActQ8& xq, const float* gsum,
       if (w.scale_dtype == DType::kF32) {
         sg = reinterpret_cast<const float*>(ls), bg = sg + G * kLaneRows;
       } else {
-        const auto* h = reinterpret_cast<const uint16_t*>(ls);
-        for (int64_t i = 0; i < G * kLaneRows; i += 16) {
-          _mm512_storeu_ps(st.data() + i, Widen16(w.scale_dtype, h + i));
-          _mm512_storeu_ps(bt.data() + i, Widen16(w.scale_dtype, h + G * kLaneRows + i));
-        }
+        ToF32(w.scale_dtype, ls, 0, G * kLaneRows, st.data());
+        ToF32(w.scale_dtype, ls, G * kLaneRows, G * kLaneRows, bt.data());
       }
     } else {
       if (fp4)

@@ -715,9 +715,10 @@ def test_memory_budget_admission(tq_bin, smollm2_gguf):
 
 def test_capped_prefill_beside_a_decoding_stream_gives_the_same_tokens(tq_bin, smollm2_gguf):
     """--max-itl-factor 1 (the tightest cap): a prompt admitted while another stream decodes is
-    prefilled two tokens a step beside it, and its greedy tokens equal those of a lone run."""
+    prefilled two tokens a step beside it, and its greedy tokens equal those of a lone run (no
+    prompt cache, which would hand it the lone run's blocks)."""
     s = Server(tq_bin, smollm2_gguf, "--threads", "2", "--ctx", str(CTX), "--max-seqs", "2",
-               "--max-itl-factor", "1", "--prefill-burst", "0")
+               "--max-itl-factor", "1", "--prefill-burst", "0", "--no-prompt-cache")
     try:
         c = client(s)
         mid = model_id(s)
@@ -746,5 +747,52 @@ def test_capped_prefill_beside_a_decoding_stream_gives_the_same_tokens(tq_bin, s
             f.result()
         assert beside == alone
         assert capped == 2, capped  # its last prefill step carried two tokens beside the stream
+    finally:
+        assert s.stop() == 0, "".join(s.log)
+
+
+def test_prefill_burst_takes_a_prompt_in_whole_chunks_beside_a_decoding_stream(tq_bin,
+                                                                                smollm2_gguf):
+    """--prefill-burst (default 512) under the tightest cap: a prompt admitted while another
+    stream decodes is prefilled in whole 128-token chunks (a few steps, not two tokens a step),
+    and its greedy token equals a lone run's. No prompt cache: the lone run's blocks would
+    spare the second its prefill."""
+    s = Server(tq_bin, smollm2_gguf, "--threads", "2", "--ctx", str(CTX), "--max-seqs", "2",
+               "--max-itl-factor", "1", "--no-prompt-cache")
+    try:
+        c = client(s)
+        mid = model_id(s)
+        prompt = ("A quiet harbour town wakes before dawn; the fishermen check their nets, the "
+                  "baker lights the ovens and the gulls circle the masts. ") * 12
+        alone = c.completions.create(model=mid, prompt=prompt, max_tokens=1, temperature=0)
+        decoding = threading.Event()
+        done = threading.Event()
+
+        def stream():
+            n = 0
+            for _ in c.completions.create(model=mid, prompt="Once upon a time", stream=True,
+                                          max_tokens=2000, temperature=0,
+                                          extra_body={"ignore_eos": True}):
+                n += 1
+                if n == 4:
+                    decoding.set()
+                if done.is_set():
+                    break
+            return n
+
+        with cf.ThreadPoolExecutor(1) as ex:
+            f = ex.submit(stream)
+            assert decoding.wait(60)
+            before = s.metrics()["tq_steps_total"]
+            beside = c.completions.create(model=mid, prompt=prompt, max_tokens=1, temperature=0)
+            steps = s.metrics()["tq_steps_total"] - before
+            done.set()
+            f.result()
+        prompt_tokens = beside.usage.prompt_tokens
+        assert prompt_tokens > 300, prompt_tokens
+        assert beside.choices[0].text == alone.choices[0].text
+        # Capped it would take about prompt_tokens / 2 steps; whole chunks take four, plus the
+        # stream's decode-only steps while the request travels.
+        assert steps < prompt_tokens / 4, (steps, prompt_tokens)
     finally:
         assert s.stop() == 0, "".join(s.log)
