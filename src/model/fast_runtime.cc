@@ -552,8 +552,7 @@ Result<std::unique_ptr<Runtime>> load_fast_runtime(const ModelSource& src,
     m.products.push_back({{&L.down}, 1});
   }
   m.products.push_back({{&m.t.lm_head}, 1});
-  const bool pre = opts.prepack == Prepack::kOn ||
-                   (opts.prepack == Prepack::kAuto && opts.batch_invariant && !dram);
+  const bool pre = opts.prepack == Prepack::kOn || (opts.prepack == Prepack::kAuto && !dram);
   if (pre && opts.activations != ActPath::kF32) m.prepack_products();
   if (opts.read_ahead > 0) {
     m.read_ahead =

@@ -80,9 +80,9 @@ struct RuntimeOptions {
   bool amx = true;
   // Fast runtime: 4-bit codes prepacked at load for the lanes kernel (kernels/packed_matmul.h
   // pack_lanes), which then takes every batch size: decode, a server's batched rows and
-  // prefill chunks on one kernel and one pass over the weights. kAuto: with batch_invariant
-  // (a server's rows batch) where the weights fit the last-level cache; one stream decodes as
-  // fast or faster on the per-token kernels, from DRAM 20% faster.
+  // prefill chunks on one kernel and one pass over the weights. kAuto: where the weights fit
+  // the last-level cache (one stream decodes faster there on the lanes, from DRAM 15-20%
+  // slower).
   Prepack prepack = Prepack::kAuto;
   // Fast runtime: a sequence's logits do not depend on what else shares its forward_batch call
   // (a server's promise): one-token sequences take the per-token kernels and longer ones the
