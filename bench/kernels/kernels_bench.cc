@@ -160,6 +160,27 @@ void BM_AttendDecode(benchmark::State& st) {
   }
   st.SetItemsProcessed(st.iterations() * len * g);
 }
+// Prefill attention of one token of a GQA group of 3 heads (SmolLM2) over `len` positions of an
+// f16 cache: args len, rows per call (1: each head alone; 3: the group together).
+void BM_AttendRows(benchmark::State& st) {
+  const int64_t len = st.range(0), per = st.range(1), hd = 64, g = 3, ks = (len + 15) / 16 * 16;
+  const int64_t vld = 3 * hd;
+  std::vector<float> q = make_x(g, hd), kt = make_x(hd, ks), v = make_x(len, vld);
+  std::vector<uint16_t> kt16(kt.size()), v16(v.size());
+  f32_to_f16_n(kt.data(), static_cast<int64_t>(kt.size()), kt16.data());
+  f32_to_f16_n(v.data(), static_cast<int64_t>(v.size()), v16.data());
+  std::vector<float> scores(static_cast<size_t>(4 * (len + 24))), out(static_cast<size_t>(g * hd));
+  const int64_t lens[4] = {len, len, len, len};
+  for (auto _ : st) {
+    for (int64_t i = 0; i < g; i += per)
+      attend_rows(q.data() + i * hd, per, hd, lens, kt16.data(), v16.data(), vld, hd, 0.125f,
+                  scores.data(), out.data() + i * hd, hd);
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.SetItemsProcessed(st.iterations() * g * len);
+}
+BENCHMARK(BM_AttendRows)->ArgNames({"len", "rows"})->Args({3000, 1})->Args({3000, 3});
+
 BENCHMARK(BM_AttendDecode)
     ->Args({128, 64, 0})
     ->Args({128, 64, 1})

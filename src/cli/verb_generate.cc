@@ -95,12 +95,16 @@ Result<int64_t> prefill_cached(const GenerateOptions& o, const ModelSource& m,
   const auto len = static_cast<int64_t>(prompt.size());
   const auto keys = pc->chain(prompt);
   const auto found = pc->lookup(prompt, keys, (len - 1) / serve::kBlockTokens);
-  const int64_t h = serve::usable_cached_blocks(static_cast<int64_t>(found.size()), len, kChunk);
+  const int64_t h = serve::usable_cached_blocks(static_cast<int64_t>(found.size()), len);
   for (int64_t b = 0; b < h; ++b) kv_block_write(cache, shape, b, *found[b]);
   cache.n = h * serve::kBlockTokens;
   while (cache.n < len) {
     const int64_t end = std::min(len, (cache.n / kChunk + 1) * kChunk);
-    TQ_CHECK_OK(model.forward(prompt.subspan(cache.n, end - cache.n), cache, logits, false));
+    const SeqStep step{.tokens = prompt.subspan(cache.n, end - cache.n),
+                       .cache = &cache,
+                       .logits = logits,
+                       .prefill = true};
+    TQ_CHECK_OK(model.forward_batch({&step, 1}));
   }
   for (int64_t b = 0; b < len / serve::kBlockTokens; ++b) {
     if (pc->touch(keys[b])) continue;

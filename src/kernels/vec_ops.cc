@@ -349,43 +349,40 @@ void AttendPartialF16(const float* q, int64_t g, int64_t hd, const uint16_t* kt,
   AttendPartialT(q, g, hd, kt, v, vld, j0, j1, scale, scores, m, l, acc);
 }
 
-// Up to kQ queries at once: scores of N positions per vector from the transposed keys, exp in
-// vectors, then V rows streamed once per 4 queries.
+// Up to 4 query rows at once: scores of N positions per vector from the transposed keys (rows
+// past their own length are computed and then zeroed), exp in vectors, then V rows streamed once
+// for all of them. Each row's arithmetic is the same whichever rows share its pass.
 template <typename T>
-void AttendBlockT(const float* q, int64_t nq, int64_t qld, const T* kt, const T* v, int64_t vld,
-                  int64_t hd, int64_t len0, float scale, float* scores, float* out, int64_t old) {
+void AttendRowsT(const float* q, int64_t nr, int64_t qld, const int64_t* len, const T* kt,
+                 const T* v, int64_t vld, int64_t hd, float scale, float* scores, float* out,
+                 int64_t old) {
   const DF df;
   const int64_t N = static_cast<int64_t>(hn::Lanes(df));
-  constexpr int64_t kQ = 8;
-  const int64_t lmax = len0 + nq - 1, tiles = (lmax + N - 1) / N, lrow = tiles * N;
-  // scores[i * lrow + j] = scale · q_i · k_j, four queries per pass over the keys
-  for (int64_t i0 = 0; i0 < nq; i0 += 4)
-    GroupScores(q + i0 * qld, qld, std::min<int64_t>(4, nq - i0), hd, kt, 0, lmax, scale,
-                scores + i0 * lrow, lrow);
-  // Softmax of row i over its len0 + i positions; the rest of the row weighs 0.
-  float inv[kQ];
-  for (int64_t i = 0; i < nq; ++i) {
-    float* row = scores + i * lrow;
-    const int64_t len = len0 + i;
-    inv[i] = 1.0f / ExpSum(row, len, RowMax(row, len));
-    for (int64_t j = len; j < lrow; ++j) row[j] = 0.0f;
-  }
-  for (int64_t i0 = 0; i0 < nq; i0 += 4) {
-    const int64_t qn = std::min<int64_t>(4, nq - i0);
-    WeightedRows(scores + i0 * lrow, lrow, qn, v, vld, len0 + i0 + qn - 1, hd, inv + i0,
-                 out + i0 * old, old);
+  for (int64_t i0 = 0; i0 < nr; i0 += 4) {
+    const int64_t qn = std::min<int64_t>(4, nr - i0);
+    const int64_t lmax = *std::max_element(len + i0, len + i0 + qn);
+    const int64_t lrow = (lmax + N - 1) / N * N;
+    GroupScores(q + i0 * qld, qld, qn, hd, kt, 0, lmax, scale, scores, lrow);
+    float inv[4];
+    for (int64_t i = 0; i < qn; ++i) {
+      float* row = scores + i * lrow;
+      const int64_t n = len[i0 + i];
+      inv[i] = 1.0f / ExpSum(row, n, RowMax(row, n));
+      for (int64_t j = n; j < lrow; ++j) row[j] = 0.0f;
+    }
+    WeightedRows(scores, lrow, qn, v, vld, lmax, hd, inv, out + i0 * old, old);
   }
 }
 
-void AttendBlockF32(const float* q, int64_t nq, int64_t qld, const float* kt, const float* v,
-                    int64_t vld, int64_t hd, int64_t len0, float scale, float* scores, float* out,
-                    int64_t old) {
-  AttendBlockT(q, nq, qld, kt, v, vld, hd, len0, scale, scores, out, old);
+void AttendRowsF32(const float* q, int64_t nr, int64_t qld, const int64_t* len, const float* kt,
+                   const float* v, int64_t vld, int64_t hd, float scale, float* scores, float* out,
+                   int64_t old) {
+  AttendRowsT(q, nr, qld, len, kt, v, vld, hd, scale, scores, out, old);
 }
-void AttendBlockF16(const float* q, int64_t nq, int64_t qld, const uint16_t* kt, const uint16_t* v,
-                    int64_t vld, int64_t hd, int64_t len0, float scale, float* scores, float* out,
-                    int64_t old) {
-  AttendBlockT(q, nq, qld, kt, v, vld, hd, len0, scale, scores, out, old);
+void AttendRowsF16(const float* q, int64_t nr, int64_t qld, const int64_t* len, const uint16_t* kt,
+                   const uint16_t* v, int64_t vld, int64_t hd, float scale, float* scores,
+                   float* out, int64_t old) {
+  AttendRowsT(q, nr, qld, len, kt, v, vld, hd, scale, scores, out, old);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -402,8 +399,8 @@ HWY_EXPORT(F32ToF16Impl);
 HWY_EXPORT(F16ToF32Impl);
 HWY_EXPORT(AttendPartialF32);
 HWY_EXPORT(AttendPartialF16);
-HWY_EXPORT(AttendBlockF32);
-HWY_EXPORT(AttendBlockF16);
+HWY_EXPORT(AttendRowsF32);
+HWY_EXPORT(AttendRowsF16);
 
 void rms_norm_simd(const float* x, const float* w, int64_t rows, int64_t d, float eps, float* out) {
   HWY_DYNAMIC_DISPATCH(RmsNormImpl)(x, w, rows, d, eps, out);
@@ -433,15 +430,15 @@ void attend_partial(const float* q, int64_t g, int64_t hd, const uint16_t* kt, c
   HWY_DYNAMIC_DISPATCH(AttendPartialF16)(q, g, hd, kt, v, vld, j0, j1, scale, scores, m, l, acc);
 }
 
-void attend_block(const float* q, int64_t nq, int64_t qld, const float* kt, const float* v,
-                  int64_t vld, int64_t hd, int64_t len0, float scale, float* scores, float* out,
-                  int64_t old) {
-  HWY_DYNAMIC_DISPATCH(AttendBlockF32)(q, nq, qld, kt, v, vld, hd, len0, scale, scores, out, old);
+void attend_rows(const float* q, int64_t nr, int64_t qld, const int64_t* len, const float* kt,
+                 const float* v, int64_t vld, int64_t hd, float scale, float* scores, float* out,
+                 int64_t old) {
+  HWY_DYNAMIC_DISPATCH(AttendRowsF32)(q, nr, qld, len, kt, v, vld, hd, scale, scores, out, old);
 }
-void attend_block(const float* q, int64_t nq, int64_t qld, const uint16_t* kt, const uint16_t* v,
-                  int64_t vld, int64_t hd, int64_t len0, float scale, float* scores, float* out,
-                  int64_t old) {
-  HWY_DYNAMIC_DISPATCH(AttendBlockF16)(q, nq, qld, kt, v, vld, hd, len0, scale, scores, out, old);
+void attend_rows(const float* q, int64_t nr, int64_t qld, const int64_t* len, const uint16_t* kt,
+                 const uint16_t* v, int64_t vld, int64_t hd, float scale, float* scores, float* out,
+                 int64_t old) {
+  HWY_DYNAMIC_DISPATCH(AttendRowsF16)(q, nr, qld, len, kt, v, vld, hd, scale, scores, out, old);
 }
 
 }  // namespace tq

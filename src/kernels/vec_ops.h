@@ -36,14 +36,15 @@ void attend_partial(const float* q, int64_t g, int64_t hd, const uint16_t* kt, c
                     int64_t vld, int64_t j0, int64_t j1, float scale, float* scores, float* m,
                     float* l, float* acc);
 
-// Prefill attention of nq (<= 8) consecutive queries of one head (rows strided by qld): query i
-// sees positions [0, len0 + i) of the cache (blocks read up to len0 + nq - 1 rounded up to 16);
-// out row i at out + i * old. `scores`: nq * (len0 + nq + 16) floats.
-void attend_block(const float* q, int64_t nq, int64_t qld, const float* kt, const float* v,
-                  int64_t vld, int64_t hd, int64_t len0, float scale, float* scores, float* out,
-                  int64_t old);
-void attend_block(const float* q, int64_t nq, int64_t qld, const uint16_t* kt, const uint16_t* v,
-                  int64_t vld, int64_t hd, int64_t len0, float scale, float* scores, float* out,
-                  int64_t old);
+// Prefill attention of nr query rows (strided by qld) that share one KV head: row i sees the
+// positions [0, len[i]) of the cache (blocks read up to the largest len rounded up to 16); out
+// row i at out + i * old. Rows go four at a time with the keys and values read once per four,
+// and a row's result does not depend on its neighbours. `scores`: 4 * (max len + 16) floats.
+void attend_rows(const float* q, int64_t nr, int64_t qld, const int64_t* len, const float* kt,
+                 const float* v, int64_t vld, int64_t hd, float scale, float* scores, float* out,
+                 int64_t old);
+void attend_rows(const float* q, int64_t nr, int64_t qld, const int64_t* len, const uint16_t* kt,
+                 const uint16_t* v, int64_t vld, int64_t hd, float scale, float* scores, float* out,
+                 int64_t old);
 
 }  // namespace tq

@@ -57,8 +57,9 @@ constexpr int64_t kBlasMinTokens = 16;
 constexpr int64_t kAutoBlasMinTokens = 48;
 // On CPUs with AMX, int8 products of this many tokens and more go through the tile kernel.
 constexpr int64_t kAmxMinTokens = 16;
-// From this many tokens on, attention runs in blocks of queries over transposed keys.
-constexpr int64_t kBlockAttnMinTokens = kPrefillSameBitsMinTokens;
+// From this many tokens on (and for prefill steps at any count), attention runs in blocks of
+// queries over transposed keys.
+constexpr int64_t kBlockAttnMinTokens = 2;
 
 // Positions a layer's keys have room for per KV head: whole blocks of 16.
 int64_t kv_stride(int64_t capacity) { return (capacity + 15) / 16 * 16; }
@@ -83,7 +84,7 @@ void add_into(float* x, const float* y, int64_t n) {
 struct FastIo {
   int64_t l = 0, n = 0;  // layer; rows of all sequences
   // Rows on the per-token kernels, which come first: per_token sequences, and with
-  // batch_invariant the one-token ones too.
+  // batch_invariant the one-token ones that are not prefill.
   int64_t split = 0;
   std::span<const SeqStep> seqs;
   std::vector<int64_t> first;  // row of each sequence's first token
@@ -186,7 +187,7 @@ class FastRuntime final : public Runtime {
   // f16 bits) at p0, then att[n, qd] = causal attention of q[n, qd] over it.
   template <typename T>
   void attention(T* kt, T* vc, int64_t ks, const float* kn, const float* vn, const float* q,
-                 int64_t n, int64_t p0, bool blas, float* att) const;
+                 int64_t n, int64_t p0, bool blas, bool prefill, float* att) const;
   // Every product's matrix whose codes the lanes kernel takes gets them prepacked; the mapped
   // originals' pages are handed back (the f32 path and embedding rows fault them in again).
   void prepack_products();
@@ -396,7 +397,8 @@ void FastRuntime::run_blas(std::initializer_list<MatJob> jobs, const float* xin,
 
 template <typename T>
 void FastRuntime::attention(T* kt, T* vc, int64_t ks, const float* kn, const float* vn,
-                            const float* q, int64_t n, int64_t p0, bool blas, float* att) const {
+                            const float* q, int64_t n, int64_t p0, bool blas, bool prefill,
+                            float* att) const {
   const int64_t hd = cfg.head_dim, n_heads = cfg.num_attention_heads,
                 n_kv = cfg.num_key_value_heads, qd = n_heads * hd, kvd = n_kv * hd,
                 group = n_heads / n_kv, total = p0 + n;
@@ -409,7 +411,7 @@ void FastRuntime::attention(T* kt, T* vc, int64_t ks, const float* kn, const flo
   for (int64_t r = 0; r < kvd; ++r)
     for (int64_t i = 0; i < n; ++i) kt[key_index(hd, ks, r, p0 + i)] = kcvt[i * kvd + r];
 
-  if (n < kBlockAttnMinTokens) {
+  if (n < kBlockAttnMinTokens && !prefill) {
     // Decode: tasks of (token, KV head, position range) over the pool, each the partial
     // softmax of the heads sharing that KV head (keys and values read once for all of them);
     // ranges are multiples of 16 positions, as many as keep both threads busy.
@@ -483,26 +485,46 @@ void FastRuntime::attention(T* kt, T* vc, int64_t ks, const float* kn, const flo
     causal_attention(q, kf.data(), vrows, n, p0, n_heads, n_kv, hd, scale, att);
     return;
   }
-  // Prefill: blocks of 8 queries per task; block p is paired with the last-but-p so that
-  // contiguous slices carry equal causal work; four slices per thread even out a slow one.
-  const int64_t nblk = (n + 7) / 8;
-  pool->parallel_for((nblk + 1) / 2 * n_heads,
-                     [&](int64_t b, int64_t e) {
-                       thread_local std::vector<float> scores;
-                       if (static_cast<int64_t>(scores.size()) < 8 * (total + 24))
-                         scores.resize(static_cast<size_t>(8 * (total + 24)));
-                       for (int64_t idx = b; idx < e; ++idx) {
-                         const int64_t p = idx / n_heads, hh = idx % n_heads, g = hh / group;
-                         for (const int64_t blk : {p, nblk - 1 - p}) {
-                           const int64_t i0 = blk * 8, nq = std::min<int64_t>(8, n - i0);
-                           attend_block(q + i0 * qd + hh * hd, nq, qd, kt + g * hd * ks,
-                                        vc + g * hd, kvd, hd, p0 + i0 + 1, scale, scores.data(),
-                                        att + i0 * qd + hh * hd, qd);
-                           if (blk == nblk - 1 - p) break;
-                         }
-                       }
-                     },
-                     1, 4);
+  // Prefill: the rows (token, head) of a block of 8 tokens that share a KV head go in passes
+  // of up to 4 rows, one pass per task, so keys and values are read once per 4 rows whatever
+  // the chunk's length (a row's bits do not depend on its pass). Block p is paired with the
+  // last-but-p so that contiguous slices carry equal causal work; four slices per thread even
+  // out a slow one.
+  const int64_t nblk = (n + 7) / 8, max_passes = (8 * group + 3) / 4;
+  pool->parallel_for(
+      (nblk + 1) / 2 * n_kv * max_passes,
+      [&](int64_t b, int64_t e) {
+        thread_local std::vector<float> scores, rows;
+        if (static_cast<int64_t>(scores.size()) < 4 * (total + 24))
+          scores.resize(static_cast<size_t>(4 * (total + 24)));
+        if (static_cast<int64_t>(rows.size()) < 8 * hd) rows.resize(static_cast<size_t>(8 * hd));
+        float *qr = rows.data(), *out = qr + 4 * hd;
+        for (int64_t idx = b; idx < e; ++idx) {
+          const int64_t p = idx / (n_kv * max_passes), g = idx / max_passes % n_kv,
+                        r = idx % max_passes;
+          for (const int64_t blk : {p, nblk - 1 - p}) {
+            const int64_t i0 = blk * 8, nr = std::min<int64_t>(8, n - i0) * group;
+            const int64_t passes = (nr + 3) / 4, base = nr / passes, extra = nr % passes;
+            if (r < passes) {  // rows [r0, r0 + m) in (token, head) order, even pass sizes
+              const int64_t m = base + (r < extra ? 1 : 0), r0 = r * base + std::min(r, extra);
+              int64_t len[4];
+              for (int64_t j = 0; j < m; ++j) {
+                const int64_t t = i0 + (r0 + j) / group, hh = g * group + (r0 + j) % group;
+                std::copy_n(q + t * qd + hh * hd, hd, qr + j * hd);
+                len[j] = p0 + t + 1;
+              }
+              attend_rows(qr, m, hd, len, kt + g * hd * ks, vc + g * hd, kvd, hd, scale,
+                          scores.data(), out, hd);
+              for (int64_t j = 0; j < m; ++j) {
+                const int64_t t = i0 + (r0 + j) / group, hh = g * group + (r0 + j) % group;
+                std::copy_n(out + j * hd, hd, att + t * qd + hh * hd);
+              }
+            }
+            if (blk == nblk - 1 - p) break;
+          }
+        }
+      },
+      1, 4);
 }
 
 Result<std::unique_ptr<Runtime>> load_fast_runtime(const ModelSource& src,
@@ -685,17 +707,17 @@ void FastRuntime::attn_core(const FastLayer& L, FastIo& io) const {
     const int64_t cap = c.capacity, ks = kv_stride(cap);
     const float *kn = io.k + r0 * kvd, *vn = io.v + r0 * kvd, *q = io.q + r0 * qd;
     float* att = io.att + r0 * qd;
-    const bool b = blas && n >= kBlockAttnMinTokens;
+    const bool b = blas && n >= kBlockAttnMinTokens, pre = io.seqs[s].prefill;
     // per_token: one query per call, as decoding them one at a time splits the positions.
     const int64_t calls = io.seqs[s].per_token ? n : 1, m = n / calls;
     for (int64_t i = 0; i < calls; ++i) {
       const int64_t o = i * m;
       if (c.layout == KvLayout::kFastF16)
         attention(c.k16.data() + l * kvd * ks, c.v16.data() + l * cap * kvd, ks, kn + o * kvd,
-                  vn + o * kvd, q + o * qd, m, c.n + o, b, att + o * qd);
+                  vn + o * kvd, q + o * qd, m, c.n + o, b, pre, att + o * qd);
       else
         attention(c.k.data() + l * kvd * ks, c.v.data() + l * cap * kvd, ks, kn + o * kvd,
-                  vn + o * kvd, q + o * qd, m, c.n + o, b, att + o * qd);
+                  vn + o * kvd, q + o * qd, m, c.n + o, b, pre, att + o * qd);
     }
   }
 }
@@ -832,14 +854,16 @@ Status FastRuntime::forward(std::span<const SeqStep> seqs) const {
   // call order.
   auto ntok = [&](size_t s) { return static_cast<int64_t>(seqs[s].tokens.size()); };
   auto head_rows = [&](size_t s) { return seqs[s].all_logits ? ntok(s) : 1; };
-  auto per_token = [&](size_t s, int64_t rows) {
-    return seqs[s].per_token || (opts.batch_invariant && rows == 1);
+  // Body rows of prefill steps stay on the batch kernels at one token too; every logits row of
+  // one alone takes the per-token kernels.
+  auto per_token = [&](size_t s, int64_t rows, bool body) {
+    return seqs[s].per_token || (opts.batch_invariant && rows == 1 && !(body && seqs[s].prefill));
   };
   io.first.assign(seqs.size(), 0);
   int64_t out_rows = 0;
   for (const bool first : {true, false})
     for (size_t s = 0; s < seqs.size(); ++s) {
-      if (per_token(s, ntok(s)) != first) continue;
+      if (per_token(s, ntok(s), true) != first) continue;
       io.first[s] = io.n;
       io.n += ntok(s);
       if (first) io.split = io.n;
@@ -866,7 +890,7 @@ Status FastRuntime::forward(std::span<const SeqStep> seqs) const {
   int64_t head_split = 0, o = 0;
   for (const bool first : {true, false})
     for (size_t s = 0; s < seqs.size(); ++s) {
-      if (per_token(s, head_rows(s)) != first) continue;
+      if (per_token(s, head_rows(s), false) != first) continue;
       at[s] = o;
       o += head_rows(s);
       if (first) head_split = o;

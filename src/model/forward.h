@@ -66,6 +66,10 @@ struct SeqStep {
   // When not empty: the hidden states of the rows that get logits, before the final norm
   // ([rows, hidden]: what the qwen3_5 MTP head reads, Transformer::mtp_forward).
   std::span<float> hidden;
+  // Fast runtime with batch_invariant: prompt tokens. Their rows take the batch kernels and
+  // attention per query in blocks at any count, one token too, so each position gets the same
+  // bits however its prompt is cut into chunks (unflagged one-token calls decode).
+  bool prefill = false;
 };
 
 struct RuntimeOptions {

@@ -13,10 +13,6 @@
 namespace tq {
 
 inline constexpr int64_t kKvBlockPositions = 16;
-// Fast runtime with batch_invariant: a prefill chunk of at least this many tokens gives each of
-// its positions the same bits whatever the chunk's length and start (per-token rows on the
-// batch kernels, attention per query in blocks); a one-token chunk takes the decode paths.
-inline constexpr int64_t kPrefillSameBitsMinTokens = 2;
 
 struct KvBlockShape {
   int64_t layers = 0;

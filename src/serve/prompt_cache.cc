@@ -76,13 +76,8 @@ Status fsync_dir(const std::string& dir) {
 
 }  // namespace
 
-int64_t usable_cached_blocks(int64_t found, int64_t len, int64_t chunk) {
-  int64_t h = std::min(found, (len - 1) / kBlockTokens);
-  for (; h > 0; --h) {
-    const int64_t c = h * kBlockTokens, c0 = c / chunk * chunk, e = std::min(len, c0 + chunk);
-    if (c == c0 || e - c >= kPrefillSameBitsMinTokens) break;
-  }
-  return std::max<int64_t>(h, 0);
+int64_t usable_cached_blocks(int64_t found, int64_t len) {
+  return std::max<int64_t>(0, std::min(found, (len - 1) / kBlockTokens));
 }
 
 std::string prompt_cache_runtime(const RuntimeOptions& o) {

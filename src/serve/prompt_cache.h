@@ -54,11 +54,10 @@ struct Durable {
 // (kernel ISA, activation path, KV type).
 Result<Digest> prompt_cache_fingerprint(const std::string& model_path, const std::string& runtime);
 
-// How many of `found` cached leading blocks a prompt of `len` tokens prefilled in chunks of
-// `chunk` may reuse so that every position gets the bits a cold prefill gives it: at least one
-// token is recomputed, and the first chunk after the cached part is either the one a cold run
-// has or long enough to take the same kernels (kv_blocks.h kPrefillSameBitsMinTokens).
-int64_t usable_cached_blocks(int64_t found, int64_t len, int64_t chunk);
+// How many of `found` cached leading blocks a prompt of `len` tokens may reuse: all but what
+// leaves at least one token to compute (its logits). Prefill steps give each position the same
+// bits at any chunking (SeqStep::prefill), so the chunk after the cached part may be any length.
+int64_t usable_cached_blocks(int64_t found, int64_t len);
 
 // The runtime part of the fingerprint: what decides a block's bits besides the model's files
 // (the kernels' ISA, the activation path, the KV element type); the server's arithmetic

@@ -215,21 +215,23 @@ void Scheduler::step(std::vector<std::unique_ptr<Seq>>& running) {
   for (auto& s : running) {  // in admission order
     if (s->decoding()) continue;
     const bool burst = s->prefilled < s->burst_end;
-    if (!burst && allowance < kPrefillSameBitsMinTokens) continue;
+    if (!burst && allowance < 1) continue;
     const auto& p = s->job->prompt;
-    // Cut at multiples of prefill_chunk; a cap ends a chunk earlier, but never one token before
-    // a cut (a one-token chunk takes the decode kernels, whose bits differ from the cold run's).
+    // Cut at multiples of prefill_chunk; a cap ends a chunk earlier (a prefill step gives each
+    // position the same bits at any chunk length, one token too: SeqStep::prefill).
     const int64_t cut = std::min<int64_t>(static_cast<int64_t>(p.size()),
                                           (s->prefilled / o_.prefill_chunk + 1) * o_.prefill_chunk);
-    int64_t end = burst || allowance >= cut - s->prefilled ? cut : s->prefilled + allowance;
-    if (cut - end == 1) end = end - 1 - s->prefilled >= kPrefillSameBitsMinTokens ? end - 1 : cut;
+    const int64_t end = burst || allowance >= cut - s->prefilled ? cut : s->prefilled + allowance;
     const int64_t n = end - s->prefilled;
     if (prefilling && n > budget) break;
     allowance = std::max<int64_t>(0, allowance - n);
     prefill_tokens += n;
     s->chunk = n;
-    steps.push_back({std::span<const int32_t>(p.data() + s->prefilled, static_cast<size_t>(n)),
-                     &s->cache, s->logits, false});
+    steps.push_back(
+        {.tokens = std::span<const int32_t>(p.data() + s->prefilled, static_cast<size_t>(n)),
+         .cache = &s->cache,
+         .logits = s->logits,
+         .prefill = true});
     fed.push_back(s.get());
     budget -= n;
     prefilling = true;
@@ -313,8 +315,7 @@ int64_t Scheduler::prefill_allowance(int64_t decode_rows) const {
   if (o_.max_itl_factor <= 0 || decode_rows == 0 || prefill_token_s_ <= 0 || decode_row_s_ <= 0)
     return kAll;
   const double room = (o_.max_itl_factor - 1.0) * decode_row_s_ * static_cast<double>(decode_rows);
-  return std::max<int64_t>(kPrefillSameBitsMinTokens,
-                           static_cast<int64_t>((room - prefill_fixed_s_) / prefill_token_s_));
+  return std::max<int64_t>(1, static_cast<int64_t>((room - prefill_fixed_s_) / prefill_token_s_));
 }
 
 void Scheduler::record_step(int64_t decode_rows, int64_t prefill_tokens, double step_s) {
@@ -348,7 +349,7 @@ void Scheduler::reuse_cached(Seq& s) {
   pc.evict_to(cache_room());  // the cache yields to admitted sequences
   s.keys = pc.chain(p);
   auto found = pc.lookup(p, s.keys, (len - 1) / kKvBlock);
-  const int64_t h = usable_cached_blocks(static_cast<int64_t>(found.size()), len, o_.prefill_chunk);
+  const int64_t h = usable_cached_blocks(static_cast<int64_t>(found.size()), len);
   for (int64_t b = 0; b < h; ++b) kv_block_write(s.cache, pc.shape(), b, *found[b]);
   s.cache.n = s.prefilled = h * kKvBlock;
   s.job->cached = h * kKvBlock;

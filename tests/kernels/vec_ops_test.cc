@@ -1,4 +1,4 @@
-// Attention over the fast runtime's KV cache (decode: attend_partial; prefill: attend_block) with
+// Attention over the fast runtime's KV cache (decode: attend_partial; prefill: attend_rows) with
 // f32 and f16 elements, and the f16 conversions, on every compiled SIMD target against a
 // double-precision softmax-weighted sum of the same (rounded) keys and values; the SiLU product and
 // the streaming sum against scalar code.
@@ -107,40 +107,48 @@ TEST(AttendPartial, EqualsTheDoubleReferenceOnEveryTarget) {
   EXPECT_GT(checked, 0);
 }
 
-// Prefill attention: blocks of 1..8 queries (causal: query i sees len0 + i positions) against
-// the same double reference, on every target, for f32 and f16 caches and head sizes that take
-// the vector path and one (100) whose value pass is scalar.
-TEST(AttendBlock, EqualsTheDoubleReferenceOnEveryTarget) {
+// Prefill attention: 1..8 query rows, each over its own number of positions, against the same
+// double reference, on every target, for f32 and f16 caches and head sizes that take the vector
+// path and one (100) whose value pass is scalar; and each row's result alone has the bits it has
+// among the others (a chunk's cut must not change a position's bits).
+TEST(AttendRows, EqualsTheDoubleReferenceOnEveryTargetAndIgnoresNeighbours) {
   std::mt19937 rng(8);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   int checked = 0;
   for (bool f16 : {false, true})
     for (int64_t hd : {int64_t{64}, int64_t{128}, int64_t{100}})
-      for (int64_t nq : {int64_t{1}, int64_t{5}, int64_t{8}})
+      for (int64_t nr : {int64_t{1}, int64_t{3}, int64_t{5}, int64_t{8}})
         for (int64_t len0 : {int64_t{1}, int64_t{20}, int64_t{130}}) {
-          const int64_t qld = 3 * hd, old = hd + 8, len = len0 + nq - 1;
-          const Cache c = make_cache(hd, len, rng, f16);
-          std::vector<float> q(static_cast<size_t>(nq * qld));
+          const int64_t qld = 3 * hd, old = hd + 8;
+          std::vector<int64_t> len(static_cast<size_t>(nr));
+          for (int64_t i = 0; i < nr; ++i) len[i] = len0 + (i * 7) % 5;  // not in order
+          const Cache c = make_cache(hd, len0 + 4, rng, f16);
+          std::vector<float> q(static_cast<size_t>(nr * qld));
           for (float& x : q) x = 2.0f * nd(rng);
           const double scale = 1.0 / std::sqrt(static_cast<double>(hd));
+          auto run = [&](int64_t i0, int64_t m, float* out) {
+            std::vector<float> scores(static_cast<size_t>(4 * (len0 + 4 + 16)));
+            if (f16)
+              attend_rows(q.data() + i0 * qld, m, qld, len.data() + i0, c.kt16.data(), c.v16.data(),
+                          c.vld, hd, static_cast<float>(scale), scores.data(), out, old);
+            else
+              attend_rows(q.data() + i0 * qld, m, qld, len.data() + i0, c.kt.data(), c.v.data(),
+                          c.vld, hd, static_cast<float>(scale), scores.data(), out, old);
+          };
           for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
             hwy::SetSupportedTargetsForTest(t);
             SCOPED_TRACE(std::string(hwy::TargetName(t)) + (f16 ? " f16" : " f32") + " hd " +
-                         std::to_string(hd) + " nq " + std::to_string(nq) + " len0 " +
+                         std::to_string(hd) + " rows " + std::to_string(nr) + " len0 " +
                          std::to_string(len0));
-            std::vector<float> scores(static_cast<size_t>(nq * (len0 + nq + 16)));
-            std::vector<float> out(static_cast<size_t>(nq * old), NAN);
-            if (f16)
-              attend_block(q.data(), nq, qld, c.kt16.data(), c.v16.data(), c.vld, hd, len0,
-                           static_cast<float>(scale), scores.data(), out.data(), old);
-            else
-              attend_block(q.data(), nq, qld, c.kt.data(), c.v.data(), c.vld, hd, len0,
-                           static_cast<float>(scale), scores.data(), out.data(), old);
-            for (int64_t i = 0; i < nq; ++i) {
-              const std::vector<double> want =
-                  ref_attend(q.data() + i * qld, c, 0, len0 + i, scale);
+            std::vector<float> out(static_cast<size_t>(nr * old), NAN), one(old, NAN);
+            run(0, nr, out.data());
+            for (int64_t i = 0; i < nr; ++i) {
+              const std::vector<double> want = ref_attend(q.data() + i * qld, c, 0, len[i], scale);
               for (int64_t d = 0; d < hd; ++d)
-                ASSERT_NEAR(out[i * old + d], want[d], 2e-5) << "query " << i << " d " << d;
+                ASSERT_NEAR(out[i * old + d], want[d], 2e-5) << "row " << i << " d " << d;
+              run(i, 1, one.data());
+              for (int64_t d = 0; d < hd; ++d)
+                ASSERT_EQ(one[d], out[i * old + d]) << "row " << i << " alone, d " << d;
             }
             ++checked;
           }

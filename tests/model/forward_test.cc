@@ -503,64 +503,84 @@ TEST_P(TinyForward, PerTokenCallIsBitIdenticalToOneAtATime) {
 }
 
 // The prompt cache's promise (serve/prompt_cache.h): with batch_invariant, a position's keys,
-// values and logits have the same bits however the prompt was cut into chunks of at least
-// kPrefillSameBitsMinTokens tokens, and blocks copied out of one cache into another (of another
-// capacity) continue the prefill to the very logits of a cold run.
+// values and logits have the same bits however the prompt was cut into prefill steps (one
+// token too), beside decoding rows or not, and blocks copied out of one cache into another (of
+// another capacity) continue the prefill to the very logits of a cold run; prepacked or not.
 TEST_P(TinyForward, ChunkingAndCopiedBlocksGiveColdBits) {
   testing::TempDir dir;
   auto src = open_model(write_tiny_q4_model(dir, GetParam()));
   ASSERT_TRUE(src.ok()) << src.error().message;
-  for (const KvType kv : {KvType::kF16, KvType::kF32}) {
-    SCOPED_TRACE(kv == KvType::kF16 ? "f16 cache" : "f32 cache");
-    auto t = Transformer::load(
-        *src, RuntimeOptions{.threads = 2, .kv_cache = kv, .batch_invariant = true});
-    ASSERT_TRUE(t.ok()) << t.error().message;
-    const int64_t V = (*t)->config().vocab_size, len = 150;
-    std::vector<int32_t> prompt(len);
-    for (int64_t i = 0; i < len; ++i) prompt[i] = static_cast<int32_t>((i * 37 + 11) % V);
-    // Prefills from cache.n to len in chunks ending at `ends`.
-    auto prefill = [&](KvCache& c, std::vector<int64_t> ends, std::vector<float>& lg) {
-      for (int64_t e : ends) {
-        ASSERT_TRUE((*t)->forward(std::span(prompt).subspan(c.n, e - c.n), c, lg, false).ok());
+  for (const Prepack pp : {Prepack::kOn, Prepack::kOff})
+    for (const KvType kv : {KvType::kF16, KvType::kF32}) {
+      SCOPED_TRACE(std::string(pp == Prepack::kOn ? "prepacked, " : "") +
+                   (kv == KvType::kF16 ? "f16 cache" : "f32 cache"));
+      auto t = Transformer::load(
+          *src,
+          RuntimeOptions{.threads = 2, .kv_cache = kv, .prepack = pp, .batch_invariant = true});
+      ASSERT_TRUE(t.ok()) << t.error().message;
+      const int64_t V = (*t)->config().vocab_size, len = 150;
+      std::vector<int32_t> prompt(len);
+      for (int64_t i = 0; i < len; ++i) prompt[i] = static_cast<int32_t>((i * 37 + 11) % V);
+      // A sequence decoding beside some steps (its own cache), as in tq serve.
+      KvCache side = (*t)->new_cache(len);
+      std::vector<float> side_lg(V);
+      int32_t side_tok = 3;
+      // Prefill steps from cache.n to len ending at `ends` (beside a decode row at every other).
+      auto prefill = [&](KvCache& c, std::vector<int64_t> ends, std::vector<float>& lg) {
+        for (size_t i = 0; i < ends.size(); ++i) {
+          std::vector<SeqStep> steps = {{.tokens = std::span(prompt).subspan(c.n, ends[i] - c.n),
+                                         .cache = &c,
+                                         .logits = lg,
+                                         .prefill = true}};
+          if (i % 2 == 1 && side.n < side.capacity)
+            steps.insert(steps.begin(), SeqStep{.tokens = std::span(&side_tok, 1),
+                                                .cache = &side,
+                                                .logits = side_lg,
+                                                .per_token = true});
+          ASSERT_TRUE((*t)->forward_batch(steps).ok());
+        }
+      };
+      std::vector<float> cold(V), got(V);
+      KvCache ref = (*t)->new_cache(200);
+      prefill(ref, {128, len}, cold);  // as tq serve cuts it cold: multiples of 128
+      auto shape = kv_block_shape(ref, (*t)->config());
+      ASSERT_TRUE(shape.ok()) << shape.error().message;
+      auto block = [&](const KvCache& c, int64_t b) {
+        std::vector<uint8_t> bytes(static_cast<size_t>(shape->bytes()));
+        kv_block_read(c, *shape, b, bytes);
+        return bytes;
+      };
+      for (const std::vector<int64_t>& ends :  // other chunk lengths, down to one token
+           {std::vector<int64_t>{16, 48, 128, 140, len},
+            std::vector<int64_t>{1, 2, 5, 16, 17, 19, 48, 50, 126, 127, 128, 130, 140, 148, 149,
+                                 len}}) {
+        KvCache c = (*t)->new_cache(len);
+        prefill(c, ends, got);
+        EXPECT_EQ(cold, got);
+        for (int64_t b = 0; b < len / 16; ++b)
+          EXPECT_EQ(block(ref, b), block(c, b)) << "block " << b;
       }
-    };
-    std::vector<float> cold(V), got(V);
-    KvCache ref = (*t)->new_cache(200);
-    prefill(ref, {128, len}, cold);  // as tq serve cuts it cold: multiples of 128
-    auto shape = kv_block_shape(ref, (*t)->config());
-    ASSERT_TRUE(shape.ok()) << shape.error().message;
-    auto block = [&](const KvCache& c, int64_t b) {
-      std::vector<uint8_t> bytes(static_cast<size_t>(shape->bytes()));
-      kv_block_read(c, *shape, b, bytes);
-      return bytes;
-    };
-    for (const std::vector<int64_t>& ends :  // other chunk lengths, down to two tokens
-         {std::vector<int64_t>{16, 48, 128, 140, len},
-          std::vector<int64_t>{2, 5, 16, 19, 48, 50, 126, 128, 130, 140, 148, len}}) {
-      KvCache c = (*t)->new_cache(len);
-      prefill(c, ends, got);
-      EXPECT_EQ(cold, got);
-      for (int64_t b = 0; b < len / 16; ++b) EXPECT_EQ(block(ref, b), block(c, b)) << "block " << b;
+      // Blocks copied into a cache of another capacity, then the prefill continued.
+      for (const int64_t blocks : {int64_t{1}, int64_t{7}, int64_t{8}}) {
+        SCOPED_TRACE(std::to_string(blocks) + " cached blocks");
+        KvCache c = (*t)->new_cache(333);
+        for (int64_t b = 0; b < blocks; ++b) kv_block_write(c, *shape, b, block(ref, b));
+        c.n = blocks * 16;
+        std::vector<int64_t> ends;
+        if (c.n < 128) ends.push_back(128);
+        ends.push_back(len);
+        prefill(c, ends, got);
+        EXPECT_EQ(cold, got);
+        for (int64_t b = 0; b < len / 16; ++b)
+          EXPECT_EQ(block(ref, b), block(c, b)) << "block " << b;
+      }
+      {  // why the flag: a one-token call that is not a prefill step takes the decode paths
+        KvCache c = (*t)->new_cache(len);
+        prefill(c, {128, len - 1}, got);
+        ASSERT_TRUE((*t)->forward(std::span(prompt).subspan(len - 1, 1), c, got, false).ok());
+        EXPECT_NE(cold, got);
+      }
     }
-    // Blocks copied into a cache of another capacity, then the prefill continued.
-    for (const int64_t blocks : {int64_t{1}, int64_t{7}, int64_t{8}}) {
-      SCOPED_TRACE(std::to_string(blocks) + " cached blocks");
-      KvCache c = (*t)->new_cache(333);
-      for (int64_t b = 0; b < blocks; ++b) kv_block_write(c, *shape, b, block(ref, b));
-      c.n = blocks * 16;
-      std::vector<int64_t> ends;
-      if (c.n < 128) ends.push_back(128);
-      ends.push_back(len);
-      prefill(c, ends, got);
-      EXPECT_EQ(cold, got);
-      for (int64_t b = 0; b < len / 16; ++b) EXPECT_EQ(block(ref, b), block(c, b)) << "block " << b;
-    }
-    {  // why the rule: a one-token chunk where the cold run had 22 takes the decode kernels
-      KvCache c = (*t)->new_cache(len);
-      prefill(c, {128, len - 1, len}, got);
-      EXPECT_NE(cold, got);
-    }
-  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, TinyForward, ::testing::Values("llama", "qwen2", "qwen3"));

@@ -66,16 +66,14 @@ TEST(PromptCacheChain, KeysNameTheWholePrefixOnOneModel) {
   EXPECT_EQ(a->chain(std::span(t).first(47)).size(), 2u);
 }
 
-TEST(PromptCacheChain, UsableBlocksKeepColdChunkArithmetic) {
-  // len 150, chunks of 128: 9 full blocks; at least one token recomputed.
-  EXPECT_EQ(usable_cached_blocks(9, 150, 128), 9);   // 144..149: 6 tokens
-  EXPECT_EQ(usable_cached_blocks(9, 145, 128), 8);   // 144..144 is one token: back to 128
-  EXPECT_EQ(usable_cached_blocks(7, 150, 128), 7);   // 112..127: 16 tokens
-  EXPECT_EQ(usable_cached_blocks(20, 160, 128), 9);  // 144..159: 16 tokens
-  EXPECT_EQ(usable_cached_blocks(2, 33, 128), 1);    // 32..32 is one token: back to 16..32
-  EXPECT_EQ(usable_cached_blocks(8, 129, 128), 8);   // 128 starts a cold chunk too
-  EXPECT_EQ(usable_cached_blocks(1, 16, 128), 0);    // nothing left to compute
-  EXPECT_EQ(usable_cached_blocks(0, 100, 128), 0);
+TEST(PromptCacheChain, UsableBlocksLeaveATokenToCompute) {
+  EXPECT_EQ(usable_cached_blocks(9, 150), 9);   // 144..149 computed
+  EXPECT_EQ(usable_cached_blocks(9, 145), 9);   // 144 alone: a one-token prefill step
+  EXPECT_EQ(usable_cached_blocks(20, 160), 9);  // 144..159
+  EXPECT_EQ(usable_cached_blocks(2, 33), 2);
+  EXPECT_EQ(usable_cached_blocks(1, 16), 0);  // the last token's logits are wanted
+  EXPECT_EQ(usable_cached_blocks(1, 17), 1);
+  EXPECT_EQ(usable_cached_blocks(0, 100), 0);
 }
 
 TEST(PromptCacheMemory, LookupFindsLeadingBlocksAndEvictsLeastRecentlyUsed) {
