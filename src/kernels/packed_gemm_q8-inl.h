@@ -17,7 +17,7 @@ constexpr int64_t kGemmMinTokens = 16;
 template <int kG, int kT>
 HWY_INLINE void GemmTile(int64_t steps, int gshift, const uint8_t* const* codes,
                          const float* const* sc, const int8_t* const* q, const int8_t* const* r,
-                         const float* const* dv8, float* out) {
+                         const float* const* dv8, float* out, int64_t pf) {
   const __m512i idx16 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   const __m512i idx64 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
   __m512 acc[kTileRows][kT];
@@ -30,6 +30,7 @@ HWY_INLINE void GemmTile(int64_t steps, int gshift, const uint8_t* const* codes,
     __m512 sv[kTileRows];
 #pragma GCC unroll 4
     for (int i = 0; i < kTileRows; ++i) {
+      if (pf) Prefetch(codes[i] + 64 * h + pf);
       wv[i] = _mm512_loadu_si512(codes[i] + 64 * h);
       if constexpr (kG == 0)
         sv[i] = _mm512_set1_ps(sc[i][h >> gshift]);
@@ -57,27 +58,33 @@ HWY_INLINE void GemmTile(int64_t steps, int gshift, const uint8_t* const* codes,
 }
 
 // Rows [r0, r1) of 8-bit codes for every token of xq (gsum: Σx per group per token, G per token).
+// Rows go in the decode kernels' order (kernels/strip_plan.h) and are requested as far ahead:
+// without that the tiles waited on every row, from the last-level cache and from DRAM alike.
 inline void GemmQ8(const PackedMatrix& w, const ActQ8& xq, const float* gsum, float* y, int64_t ldy,
-                   int64_t r0, int64_t r1) {
-  constexpr int64_t kStrip = 8;
+                   int64_t r0, int64_t r1, bool parts) {
   const int64_t cols = w.cols, G = w.groups(), steps = cols / 64, n = xq.n;
   const int gshift = w.group >= 64 ? Log2(w.group / 64) : 0;
+  const StripPlan plan(w, r0, r1, parts);
+  const int64_t pf = strip_prefetch_distance(w, plan);
   thread_local std::vector<float> sc, sb;
-  sc.resize(static_cast<size_t>(kStrip * G + kPad));
-  sb.resize(static_cast<size_t>(kStrip * G + kPad));
+  sc.resize(static_cast<size_t>(8 * G + kPad));
+  sb.resize(static_cast<size_t>(8 * G + kPad));
   float out[kTileRows * kTileTokens];
-  for (int64_t s0 = r0; s0 < r1; s0 += kStrip) {
-    const int64_t m = std::min(kStrip, r1 - s0);
-    const uint8_t* codes[kStrip];
-    for (int64_t i = 0; i < m; ++i) codes[i] = w.data + (s0 + i) * cols;
-    StripScales(w, s0, m, sc.data(), sb.data());
-    for (int64_t i0 = 0; i0 < m; i0 += kTileRows) {
+  for (int64_t k = 0; k < plan.strips; ++k) {
+    int64_t seg0[8], seg_n[8], idx[8];
+    const int nseg = plan.segments(k, seg0, seg_n);
+    int m = 0;
+    for (int sg = 0; sg < nseg; ++sg) {
+      StripScales(w, seg0[sg], seg_n[sg], sc.data() + m * G, sb.data() + m * G);
+      for (int64_t i = 0; i < seg_n[sg]; ++i) idx[m++] = seg0[sg] + i;
+    }
+    for (int i0 = 0; i0 < m; i0 += kTileRows) {
       // A tile's missing rows repeat its last one (computed, not stored).
       const uint8_t* tc[kTileRows];
       const float* ts[kTileRows];
       for (int i = 0; i < kTileRows; ++i) {
-        const int64_t ri = std::min<int64_t>(i0 + i, m - 1);
-        tc[i] = codes[ri], ts[i] = sc.data() + ri * G;
+        const int ri = std::min(i0 + i, m - 1);
+        tc[i] = w.data + idx[ri] * cols, ts[i] = sc.data() + ri * G;
       }
       for (int64_t t0 = 0; t0 < n; t0 += kTileTokens) {
         const int8_t *tq[kTileTokens], *tr[kTileTokens];
@@ -87,19 +94,21 @@ inline void GemmQ8(const PackedMatrix& w, const ActQ8& xq, const float* gsum, fl
           tq[t] = xq.q.data() + tt * cols, tr[t] = xq.r.data() + tt * cols;
           td[t] = xq.dv8.data() + tt * steps * 16;
         }
-        // The last tile of a batch takes only the tokens left (a small batch is all of them).
+        // The last tile of a batch takes only the tokens left (a small batch is all of them);
+        // the first one over a row requests its codes ahead.
+        const int64_t tpf = t0 == 0 ? pf : 0;
         auto tile = [&]<int kT>() {
           if (w.group == 16)
-            GemmTile<16, kT>(steps, gshift, tc, ts, tq, tr, td, out);
+            GemmTile<16, kT>(steps, gshift, tc, ts, tq, tr, td, out, tpf);
           else if (w.group == 32)
-            GemmTile<32, kT>(steps, gshift, tc, ts, tq, tr, td, out);
+            GemmTile<32, kT>(steps, gshift, tc, ts, tq, tr, td, out, tpf);
           else
-            GemmTile<0, kT>(steps, gshift, tc, ts, tq, tr, td, out);
+            GemmTile<0, kT>(steps, gshift, tc, ts, tq, tr, td, out, tpf);
         };
         WithTokens(std::min<int64_t>(kTileTokens, n - t0), tile);
         for (int t = 0; t < kTileTokens && t0 + t < n; ++t)
           for (int i = 0; i < kTileRows && i0 + i < m; ++i)
-            y[(t0 + t) * ldy + s0 + i0 + i] =
+            y[(t0 + t) * ldy + idx[i0 + i]] =
                 out[t * kTileRows + i] + DotF(sb.data() + (i0 + i) * G, gsum + (t0 + t) * G, G);
       }
     }

@@ -529,7 +529,7 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
   const bool same_bits = affine && w.bits == 8 && xq.n >= 2 && !lanes;
   if ((lanes || same_bits) && TilesSupportedImpl(w)) {
     if (same_bits)
-      GemmQ8(w, xq, gsum.data(), y, ldy, r0, r1);
+      GemmQ8(w, xq, gsum.data(), y, ldy, r0, r1, parts);
     else
       GemmLanes(w, xq, gsum.data(), y, ldy, r0, r1);
     return;
