@@ -178,8 +178,8 @@ inline __m512i LutFp4(__m512i v) {
 // (one scale per chunk). kPf as in Q4Chunks.
 template <int R, bool kFp4, bool kTwo, int kG, bool kPf, typename S>
 HWY_INLINE void QxChunks(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
-                         const int8_t* qx, const int8_t* rx, const float* dv, int64_t pf,
-                         __m512* u) {
+                         const int8_t* qx, const int8_t* rx, const float* dv, int64_t pf, __m512* u,
+                         int pn, int pt) {
   const int64_t full = w.cols / 128, chunk_bytes = 16 * w.bits;
   const int cshift = w.group >= 128 ? Log2(w.group / 128) : 0;
   const Unpack64Tables tab = MakeUnpack64(w.bits);
@@ -187,10 +187,11 @@ HWY_INLINE void QxChunks(const PackedMatrix& w, const uint8_t* const* rp, const 
     const __m512i q1 = _mm512_loadu_si512(qx + 128 * c), q2 = _mm512_loadu_si512(qx + 128 * c + 64);
     const __m512i r1 = _mm512_loadu_si512(rx + 128 * c), r2 = _mm512_loadu_si512(rx + 128 * c + 64);
     const __m512 dvc = _mm512_loadu_ps(dv + 16 * c);
+    const bool ahead = kPf && c % pn == pt;
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
       const uint8_t* p = rp[i] + chunk_bytes * c;
-      if constexpr (kPf) {
+      if (ahead) {
         Prefetch(p + pf);
         if constexpr (kTwo) Prefetch(p + pf + 64);  // 80 or 96 bytes a chunk
       }
@@ -216,7 +217,7 @@ HWY_INLINE void QxChunks(const PackedMatrix& w, const uint8_t* const* rp, const 
 template <int R, bool kUnpack, bool kFp4, int kG, bool kPf, typename S>
 HWY_INLINE void QxSteps(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
                         const int8_t* q, const int8_t* rr, const float* dv8, int64_t h0, int64_t pf,
-                        __m512* u) {
+                        __m512* u, int pn, int pt) {
   const int64_t steps = w.cols / 64, step_bytes = 8 * w.bits;
   const Unpack64Tables tab = MakeUnpack64(kUnpack ? w.bits : 8);
   const __m512i idx16 = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
@@ -226,11 +227,12 @@ HWY_INLINE void QxSteps(const PackedMatrix& w, const uint8_t* const* rp, const S
   for (int64_t h = h0; h < steps; ++h) {
     const __m512i qv = _mm512_loadu_si512(q + 64 * h), rv = _mm512_loadu_si512(rr + 64 * h);
     const __m512 dvh = _mm512_loadu_ps(dv8 + 16 * h);
+    const bool ahead = kPf && h % pn == pt;
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
       const uint8_t* p = rp[i] + step_bytes * h;
       __m512i v = kUnpack ? Unpack64(tab, p) : _mm512_loadu_si512(p);
-      if constexpr (kPf) Prefetch(p + pf);
+      if (ahead) Prefetch(p + pf);
       if constexpr (kFp4) v = LutFp4(v);
       const __m512i a = _mm512_dpbusd_epi32(Zero512(), v, qv);
       const __m512i b = _mm512_dpbusd_epi32(Zero512(), v, rv);
@@ -255,19 +257,19 @@ HWY_INLINE void QxSteps(const PackedMatrix& w, const uint8_t* const* rp, const S
 template <int R, bool kUnpack, bool kFp4, int kG, int kGc, typename S>
 HWY_INLINE void QxRun(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
                       const int8_t* q, const int8_t* rr, const int8_t* qx, const int8_t* rx,
-                      const float* dv, const float* dv8, int64_t pf, __m512* u) {
+                      const float* dv, const float* dv8, int64_t pf, __m512* u, int pn, int pt) {
   const int64_t h0 = kUnpack ? w.cols / 128 * 2 : 0;
   if constexpr (kUnpack) {
     if (w.bits > 4)
-      pf ? QxChunks<R, kFp4, true, kGc, true>(w, rp, sp, qx, rx, dv, pf, u)
-         : QxChunks<R, kFp4, true, kGc, false>(w, rp, sp, qx, rx, dv, pf, u);
+      pf ? QxChunks<R, kFp4, true, kGc, true>(w, rp, sp, qx, rx, dv, pf, u, pn, pt)
+         : QxChunks<R, kFp4, true, kGc, false>(w, rp, sp, qx, rx, dv, pf, u, pn, pt);
     else
-      pf ? QxChunks<R, kFp4, false, kGc, true>(w, rp, sp, qx, rx, dv, pf, u)
-         : QxChunks<R, kFp4, false, kGc, false>(w, rp, sp, qx, rx, dv, pf, u);
+      pf ? QxChunks<R, kFp4, false, kGc, true>(w, rp, sp, qx, rx, dv, pf, u, pn, pt)
+         : QxChunks<R, kFp4, false, kGc, false>(w, rp, sp, qx, rx, dv, pf, u, pn, pt);
   }
   if (h0 < w.cols / 64)
-    pf ? QxSteps<R, kUnpack, kFp4, kG, true>(w, rp, sp, q, rr, dv8, h0, pf, u)
-       : QxSteps<R, kUnpack, kFp4, kG, false>(w, rp, sp, q, rr, dv8, h0, pf, u);
+    pf ? QxSteps<R, kUnpack, kFp4, kG, true>(w, rp, sp, q, rr, dv8, h0, pf, u, pn, pt)
+       : QxSteps<R, kUnpack, kFp4, kG, false>(w, rp, sp, q, rr, dv8, h0, pf, u, pn, pt);
 }
 
 // y of R rows of 8-bit affine codes (kUnpack false), narrower affine codes, or E2M1 codes
@@ -277,26 +279,26 @@ template <int R, bool kUnpack, bool kFp4, typename S>
 inline void RowsQx(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
                    const S* const* bp, const int8_t* q, const int8_t* rr, const int8_t* qx,
                    const int8_t* rx, const float* d, const float* dv, const float* dv8,
-                   const float* gsum, float* out, int64_t pf) {
+                   const float* gsum, float* out, int64_t pf, int pn = 1, int pt = 0) {
   __m512 u[R];
 #pragma GCC unroll 8
   for (int i = 0; i < R; ++i) u[i] = _mm512_setzero_ps();
   if constexpr (std::is_same_v<S, float>) {
     if (w.group == 16)
-      QxRun<R, kUnpack, kFp4, 16, 16>(w, rp, sp, q, rr, qx, rx, dv, dv8, pf, u);
+      QxRun<R, kUnpack, kFp4, 16, 16>(w, rp, sp, q, rr, qx, rx, dv, dv8, pf, u, pn, pt);
     else if (w.group == 32)
-      QxRun<R, kUnpack, kFp4, 32, 32>(w, rp, sp, q, rr, qx, rx, dv, dv8, pf, u);
+      QxRun<R, kUnpack, kFp4, 32, 32>(w, rp, sp, q, rr, qx, rx, dv, dv8, pf, u, pn, pt);
     else if (w.group == 64)
-      QxRun<R, kUnpack, kFp4, 0, 64>(w, rp, sp, q, rr, qx, rx, dv, dv8, pf, u);
+      QxRun<R, kUnpack, kFp4, 0, 64>(w, rp, sp, q, rr, qx, rx, dv, dv8, pf, u, pn, pt);
     else
-      QxRun<R, kUnpack, kFp4, 0, 0>(w, rp, sp, q, rr, qx, rx, dv, dv8, pf, u);
+      QxRun<R, kUnpack, kFp4, 0, 0>(w, rp, sp, q, rr, qx, rx, dv, dv8, pf, u, pn, pt);
   } else {
     if (w.group == 32)
-      QxRun<R, kUnpack, kFp4, 32, 32>(w, rp, sp, q, rr, qx, rx, dv, dv8, pf, u);
+      QxRun<R, kUnpack, kFp4, 32, 32>(w, rp, sp, q, rr, qx, rx, dv, dv8, pf, u, pn, pt);
     else if (w.group == 64)
-      QxRun<R, kUnpack, kFp4, 0, 64>(w, rp, sp, q, rr, qx, rx, dv, dv8, pf, u);
+      QxRun<R, kUnpack, kFp4, 0, 64>(w, rp, sp, q, rr, qx, rx, dv, dv8, pf, u, pn, pt);
     else
-      QxRun<R, kUnpack, kFp4, 0, 0>(w, rp, sp, q, rr, qx, rx, dv, dv8, pf, u);
+      QxRun<R, kUnpack, kFp4, 0, 0>(w, rp, sp, q, rr, qx, rx, dv, dv8, pf, u, pn, pt);
   }
   FinishRows<R, kFp4>(w, u, rp, sp, bp, q, rr, d, gsum, out);
 }

@@ -261,10 +261,12 @@ HWY_INLINE __m512 ChunkScales(const S* si, int64_t c, int cshift) {
 // The 128-code chunks of R rows (AVX-512): u[i] gets row i's Σ per lane. kG: the group size when
 // 32 or 64, else 0 (one scale per chunk). kPf: each load requests the same line pf bytes (whole
 // rows) further on, so every line is requested one row group ahead. A linear stream over the
-// next group's bytes instead gave its last rows' first lines a fraction of that lead.
+// next group's bytes instead gave its last rows' first lines a fraction of that lead. Of a batch's
+// pn passes over the rows, pass pt requests chunks c with c % pn == pt.
 template <int R, int kG, bool kPf, bool kFp4, typename S>
 inline void Q4Chunks(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
-                     const int8_t* q4, const int8_t* r4, const float* dv, int64_t pf, __m512* u) {
+                     const int8_t* q4, const int8_t* r4, const float* dv, int64_t pf, __m512* u,
+                     int pn, int pt) {
   const int64_t full = w.cols / 128;
   const int cshift = w.group >= 128 ? Log2(w.group / 128) : 0;
   const __m512i m4 = _mm512_set1_epi8(0x0F);
@@ -281,7 +283,8 @@ inline void Q4Chunks(const PackedMatrix& w, const uint8_t* const* rp, const S* c
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
       const __m512i v = _mm512_loadu_si512(rp[i] + 64 * c);
-      if constexpr (kPf) Prefetch(rp[i] + 64 * c + pf);
+      if constexpr (kPf)
+        if (c % pn == pt) Prefetch(rp[i] + 64 * c + pf);
       __m512i lo = _mm512_and_si512(v, m4);
       __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
       if constexpr (kFp4) lo = _mm512_shuffle_epi8(lut, lo), hi = _mm512_shuffle_epi8(lut, hi);
@@ -306,7 +309,7 @@ template <int R, bool kFp4, typename S>
 inline void RowsQ4(const PackedMatrix& w, const uint8_t* const* rp, const S* const* sp,
                    const S* const* bp, const int8_t* q4, const int8_t* r4, const int8_t* q,
                    const int8_t* rr, const float* d, const float* dv, const float* gsum, float* out,
-                   int64_t pf) {
+                   int64_t pf, int pn = 1, int pt = 0) {
   const int64_t cols = w.cols, full = cols / 128, halves = cols / 64, G = w.groups();
   const int gshift = w.group >= 64 ? Log2(w.group / 64) : 0;
   __m256 t[R];
@@ -316,14 +319,14 @@ inline void RowsQ4(const PackedMatrix& w, const uint8_t* const* rp, const S* con
   {
     __m512 u[R];
     if (w.group == 32)
-      pf ? Q4Chunks<R, 32, true, kFp4>(w, rp, sp, q4, r4, dv, pf, u)
-         : Q4Chunks<R, 32, false, kFp4>(w, rp, sp, q4, r4, dv, pf, u);
+      pf ? Q4Chunks<R, 32, true, kFp4>(w, rp, sp, q4, r4, dv, pf, u, pn, pt)
+         : Q4Chunks<R, 32, false, kFp4>(w, rp, sp, q4, r4, dv, pf, u, pn, pt);
     else if (w.group == 64)
-      pf ? Q4Chunks<R, 64, true, kFp4>(w, rp, sp, q4, r4, dv, pf, u)
-         : Q4Chunks<R, 64, false, kFp4>(w, rp, sp, q4, r4, dv, pf, u);
+      pf ? Q4Chunks<R, 64, true, kFp4>(w, rp, sp, q4, r4, dv, pf, u, pn, pt)
+         : Q4Chunks<R, 64, false, kFp4>(w, rp, sp, q4, r4, dv, pf, u, pn, pt);
     else
-      pf ? Q4Chunks<R, 0, true, kFp4>(w, rp, sp, q4, r4, dv, pf, u)
-         : Q4Chunks<R, 0, false, kFp4>(w, rp, sp, q4, r4, dv, pf, u);
+      pf ? Q4Chunks<R, 0, true, kFp4>(w, rp, sp, q4, r4, dv, pf, u, pn, pt)
+         : Q4Chunks<R, 0, false, kFp4>(w, rp, sp, q4, r4, dv, pf, u, pn, pt);
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i)
       t[i] = _mm256_add_ps(_mm512_castps512_ps256(u[i]), _mm512_extractf32x8_ps(u[i], 1));
@@ -335,7 +338,7 @@ inline void RowsQ4(const PackedMatrix& w, const uint8_t* const* rp, const S* con
     const int64_t oh = h < 2 * full ? o + 64 : o + 32;
     const __m256 dvh = _mm256_loadu_ps(dv + 8 * h);
     for (int i = 0; i < R; ++i) {
-      if (pf && h % 2 == 0) Prefetch(rp[i] + 32 * h + pf);
+      if (pf && h % 2 == 0 && (h / 2) % pn == pt) Prefetch(rp[i] + 32 * h + pf);
       const __m256i acc = Dot64<kFp4>(rp[i] + 32 * h, q4 + o, q4 + oh, r4 + o, r4 + oh);
       const __m256 f = _mm256_mul_ps(dvh, HalfScales(sp[i], h, w.group, gshift));
       t[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), f, t[i]);
@@ -601,16 +604,21 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
       float* yt = y + t * ldy;
       // Rows at a time share the activation loads; the strip's last rows one by one.
       auto rows = [&]<int kR>(int j) {
-        const int64_t pf = t == 0 ? pf_bytes : 0;  // the strip's first pass over its rows
+        // Each pass over the strip (one per token) requests its share of the codes ahead,
+        // chunk c in pass c % n: the first pass alone left DRAM idle while the others computed.
+        const int64_t pf = pf_bytes;
+        const int pn = static_cast<int>(xq.n), pt = static_cast<int>(t);
         float out[kR];
         auto run = [&](auto sp, auto bp) {
           using S = std::remove_const_t<
               std::remove_pointer_t<std::remove_const_t<std::remove_pointer_t<decltype(sp)>>>>;
           if (nibbles) {
             if (affine)
-              RowsQ4<kR, false>(w, rp + j, sp + j, bp + j, q4, r4, q, rr, d, dv, gs, out, pf);
+              RowsQ4<kR, false>(w, rp + j, sp + j, bp + j, q4, r4, q, rr, d, dv, gs, out, pf, pn,
+                                pt);
             else if constexpr (std::is_same_v<S, float>)
-              RowsQ4<kR, true>(w, rp + j, sp + j, bp + j, q4, r4, q, rr, d, dv, gs, out, pf);
+              RowsQ4<kR, true>(w, rp + j, sp + j, bp + j, q4, r4, q, rr, d, dv, gs, out, pf, pn,
+                               pt);
             return;
           }
 #if HWY_TARGET == HWY_AVX3_DL
@@ -619,27 +627,28 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
           if (!affine) {
             if constexpr (std::is_same_v<S, float>)
               RowsQx<kR, true, true>(w, rp + j, sp + j, bp + j, q, rr, qxt, rxt, d, dv, dv8, gs,
-                                     out, pf);
+                                     out, pf, pn, pt);
           } else if (w.bits == 8) {
             RowsQx<kR, false, false>(w, rp + j, sp + j, bp + j, q, rr, q, rr, d, dv, dv8, gs, out,
-                                     pf);
+                                     pf, pn, pt);
           } else {
             RowsQx<kR, true, false>(w, rp + j, sp + j, bp + j, q, rr, qxt, rxt, d, dv, dv8, gs, out,
-                                    pf);
+                                    pf, pn, pt);
           }
 #else
           (void)dv8;
           const int16_t* xt = x16.data() + t * cols;
+          const int64_t pf0 = t == 0 ? pf : 0;  // these kernels request ahead in the first pass
 #if HWY_TARGET == HWY_AVX3
           if (!affine)
-            RowsQx512w<kR, true>(w, rp + j, sp + j, bp + j, xt, d, dv8, q, rr, gs, out, pf);
+            RowsQx512w<kR, true>(w, rp + j, sp + j, bp + j, xt, d, dv8, q, rr, gs, out, pf0);
           else
-            RowsQx512w<kR, false>(w, rp + j, sp + j, bp + j, xt, d, dv8, q, rr, gs, out, pf);
+            RowsQx512w<kR, false>(w, rp + j, sp + j, bp + j, xt, d, dv8, q, rr, gs, out, pf0);
 #else
           if (!affine)
-            RowsQx256<kR, true>(w, rp + j, sp + j, bp + j, xt, d, gs, out, pf);
+            RowsQx256<kR, true>(w, rp + j, sp + j, bp + j, xt, d, gs, out, pf0);
           else
-            RowsQx256<kR, false>(w, rp + j, sp + j, bp + j, xt, d, gs, out, pf);
+            RowsQx256<kR, false>(w, rp + j, sp + j, bp + j, xt, d, gs, out, pf0);
 #endif
 #endif
         };
