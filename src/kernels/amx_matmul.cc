@@ -115,7 +115,7 @@ namespace amx_target {
 namespace {
 
 #define TQ_AMX_TARGET \
-  __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,fma")))
+  __attribute__((target("amx-tile,amx-int8,avx512f,avx512bw,avx512vl,avx512dq,fma,bmi2")))
 
 struct TileConfig {
   uint8_t palette = 1, start_row = 0;
@@ -156,6 +156,39 @@ TQ_AMX_TARGET __attribute__((always_inline)) inline void scale_block(
   }
 }
 
+// A row of 2/3/5/6-bit codes to bytes: every 8 codes fill `bits` whole bytes, spread to 8 bytes
+// by one pdep (unpack_codes' shift and mask per code made every AMX forward of these widths pay
+// for a whole model's codes, whatever its tokens).
+template <int kBits>
+TQ_AMX_TARGET inline void unpack_narrow_t(const uint8_t* src, int64_t cols, uint8_t* dst) {
+  constexpr uint64_t kMask = 0x0101010101010101ull * ((1u << kBits) - 1);
+  const int64_t groups = cols / 8;
+  for (int64_t i = 0; i < groups; ++i) {
+    // pdep reads only the low 8·kBits bits: one 8-byte load, except at the row's end.
+    uint64_t v = 0;
+    if (i + 1 < groups)
+      std::memcpy(&v, src + i * kBits, 8);
+    else
+      std::memcpy(&v, src + i * kBits, kBits);
+    const uint64_t out = _pdep_u64(v, kMask);
+    std::memcpy(dst + 8 * i, &out, 8);
+  }
+}
+TQ_AMX_TARGET inline void unpack_narrow(const uint8_t* src, int64_t cols, int bits, uint8_t* dst) {
+  switch (bits) {
+    case 2:
+      return unpack_narrow_t<2>(src, cols, dst);
+    case 3:
+      return unpack_narrow_t<3>(src, cols, dst);
+    case 5:
+      return unpack_narrow_t<5>(src, cols, dst);
+    case 6:
+      return unpack_narrow_t<6>(src, cols, dst);
+    default:
+      unpack_codes(src, 0, cols, bits, dst);
+  }
+}
+
 // Codes of rows [n0, n0 + 16) as bytes in tile order, [K / 64][16 rows][64]: each 64-block
 // is one contiguous 1 KB tile (rows in place at stride K put 16 lines of a tile in 2 L1 sets
 // when K is 2048); with their scales and biases as f32, [group][16], into st/bt.
@@ -177,7 +210,7 @@ TQ_AMX_TARGET const uint8_t* strip_codes(const PackedMatrix& w, int64_t n0, uint
   for (int i = 0; i < 16; ++i) {
     const uint8_t* codes = a + i * w.row_bytes();
     if (w.bits != 8) {
-      unpack_codes(codes, 0, K, w.bits, row.data());
+      unpack_narrow(codes, K, w.bits, row.data());
       codes = row.data();
     }
     for (int64_t k = 0; k < K; k += 64)
@@ -341,7 +374,8 @@ bool amx_available() {
     // AVX-512 instructions of amx_target need; CPUID bits alone do not say the OS enabled them.
     const bool avx512 = (hwy::SupportedTargets() & HWY_AVX3) != 0;
     const bool amx = ((d >> 24) & 1) && ((d >> 25) & 1);  // AMX-TILE, AMX-INT8
-    if (!avx512 || !amx) return false;
+    const bool bmi2 = (b >> 8) & 1;                       // pdep (unpack_narrow)
+    if (!avx512 || !amx || !bmi2) return false;
     // Linux hands out the 8 KiB tile state only on request (ARCH_REQ_XCOMP_PERM, XTILEDATA).
     return syscall(SYS_arch_prctl, 0x1023, 18) == 0;
   }();
