@@ -109,7 +109,10 @@ Speculator::Speculator(std::unique_ptr<Proposer> p, int max_k, std::shared_ptr<S
 
 int Speculator::choose_k() const {
   // Acceptance per proposal, with a prior of one hit and one miss.
-  const double a = (hit_ + 1.0) / (hit_ + miss_ + 2.0);
+  return choose_k((hit_ + 1.0) / (hit_ + miss_ + 2.0));
+}
+
+int Speculator::choose_k(double a) const {
   auto cost = [&](int m) { return costs_->relative(m); };
   int best = 0;
   double best_rate = 1.0, expect = 1.0, ak = 1.0;
@@ -128,7 +131,10 @@ Result<std::vector<int32_t>> Speculator::next(std::span<const int32_t> history, 
   // proposals, so its plain steps would otherwise never be timed).
   const bool measure = costs_->seconds(1) == 0 || steps_ % 64 == 0;
   int k = measure ? 0 : choose_k();
-  if (k == 0 && !measure && ++idle_ >= probe_every_) {  // a probe: has acceptance come back?
+  // A probe: has acceptance come back? Rarely where the measured costs say checks would not pay
+  // even if every proposal were taken (learned once for every sequence of the process).
+  const int every = choose_k(1.0) == 0 ? 256 : probe_every_;
+  if (k == 0 && !measure && ++idle_ >= every) {
     k = 1;
     probe_ = true;
   }
@@ -141,11 +147,16 @@ void Speculator::record(int proposed, int accepted, int produced, double seconds
   costs_->record(proposed + 1, seconds);
   if (proposed > 0) {
     idle_ = 0;
-    // Probes that fail come further apart (up to every 256 steps); a taken one resets them.
-    if (probe_) probe_every_ = accepted == 0 ? std::min(2 * probe_every_, 256) : 16;
-    probe_ = false;
     hit_ = 0.95 * hit_ + accepted;
     miss_ = 0.95 * miss_ + (accepted < proposed ? 1.0 : 0.0);
+    // Probes that do not bring checks back come further apart (up to every 256 steps), at once
+    // when checks would not pay even if every proposal were taken (a draft about as slow as
+    // its target); one that brings them back resets them.
+    if (probe_)
+      probe_every_ = choose_k() > 0       ? 16
+                     : choose_k(1.0) == 0 ? 256
+                                          : std::min(2 * probe_every_, 256);
+    probe_ = false;
     ++stats_.checks;
   }
   ++stats_.steps;

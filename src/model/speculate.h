@@ -113,7 +113,8 @@ class Speculator {
   const StepCosts& costs() const { return *costs_; }
 
  private:
-  int choose_k() const;
+  int choose_k() const;          // at the running acceptance rate
+  int choose_k(double a) const;  // at acceptance a
   std::unique_ptr<Proposer> p_;
   int max_k_;
   int idle_ = 0;  // plain steps in a row since a check
