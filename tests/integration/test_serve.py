@@ -50,6 +50,21 @@ def model_id(srv):
 CHAT = [{"role": "user", "content": "What is the capital of France? Answer in one sentence."}]
 
 
+def stream_beside(c, mid, decoding, max_tokens, stop=None):
+    """A long greedy stream to decode beside another request: sets `decoding` after its 4th
+    chunk, ends early once `stop` is set; returns the chunks it read."""
+    n = 0
+    for _ in c.completions.create(model=mid, prompt="Once upon a time", stream=True,
+                                  max_tokens=max_tokens, temperature=0,
+                                  extra_body={"ignore_eos": True}):
+        n += 1
+        if n == 4:
+            decoding.set()
+        if stop is not None and stop.is_set():
+            break
+    return n
+
+
 def test_models_health_tokenize(server):
     st, _, body = server.get("/health")
     assert st == 200 and json.loads(body)["status"] == "ok"
@@ -727,19 +742,8 @@ def test_capped_prefill_beside_a_decoding_stream_gives_the_same_tokens(tq_bin, s
         alone = c.completions.create(model=mid, prompt=prompt, max_tokens=16,
                                      temperature=0).choices[0].text
         decoding = threading.Event()
-
-        def stream():
-            n = 0
-            for chunk in c.completions.create(model=mid, prompt="Once upon a time", stream=True,
-                                              max_tokens=400, temperature=0,
-                                              extra_body={"ignore_eos": True}):
-                n += 1
-                if n == 4:
-                    decoding.set()
-            return n
-
         with cf.ThreadPoolExecutor(1) as ex:
-            f = ex.submit(stream)
+            f = ex.submit(stream_beside, c, mid, decoding, 400)
             assert decoding.wait(60)
             beside = c.completions.create(model=mid, prompt=prompt, max_tokens=16,
                                           temperature=0).choices[0].text
@@ -767,21 +771,8 @@ def test_prefill_burst_takes_a_prompt_in_whole_chunks_beside_a_decoding_stream(t
         alone = c.completions.create(model=mid, prompt=prompt, max_tokens=1, temperature=0)
         decoding = threading.Event()
         done = threading.Event()
-
-        def stream():
-            n = 0
-            for _ in c.completions.create(model=mid, prompt="Once upon a time", stream=True,
-                                          max_tokens=2000, temperature=0,
-                                          extra_body={"ignore_eos": True}):
-                n += 1
-                if n == 4:
-                    decoding.set()
-                if done.is_set():
-                    break
-            return n
-
         with cf.ThreadPoolExecutor(1) as ex:
-            f = ex.submit(stream)
+            f = ex.submit(stream_beside, c, mid, decoding, 2000, done)
             assert decoding.wait(60)
             before = s.metrics()["tq_steps_total"]
             beside = c.completions.create(model=mid, prompt=prompt, max_tokens=1, temperature=0)
