@@ -15,6 +15,9 @@ inline void add_spec_flags(CLI::App& app, SpecOptions* o) {
                  "speculate with this draft model (same vocabulary; e.g. a 3-bit convert)");
   app.add_option("--spec-k", o->k, "most proposals one step checks (adapted below it)")
       ->default_val(8);
+  app.add_flag("--spec-fixed", o->fixed,
+               "check --spec-k proposals at every step that has them, even where that is slower "
+               "(no adaptation; for A/B runs)");
 }
 
 }  // namespace tq::cli

@@ -72,7 +72,11 @@ Result<std::vector<int32_t>> DraftProposer::propose(std::span<const int32_t> his
   fed_.resize(static_cast<size_t>(keep));
   cache_.n = keep;
   const auto tail = history.subspan(static_cast<size_t>(keep));
+  const auto t0 = std::chrono::steady_clock::now();
   TQ_CHECK_OK(model_->forward(tail, cache_, logits_, /*all_logits=*/false));
+  catch_up_s_ = static_cast<int64_t>(tail.size()) > k + 1
+                    ? std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count()
+                    : 0.0;
   fed_.insert(fed_.end(), tail.begin(), tail.end());
   for (int i = 0; i < k; ++i) {
     const int32_t t =
@@ -104,8 +108,12 @@ double StepCosts::relative(int m) const {
   return 1.0 + slope * (m - 1);
 }
 
-Speculator::Speculator(std::unique_ptr<Proposer> p, int max_k, std::shared_ptr<StepCosts> costs)
-    : p_(std::move(p)), max_k_(std::clamp(max_k, 1, kMaxK)), costs_(std::move(costs)) {}
+Speculator::Speculator(std::unique_ptr<Proposer> p, int max_k, std::shared_ptr<StepCosts> costs,
+                       bool fixed)
+    : p_(std::move(p)),
+      max_k_(std::clamp(max_k, 1, kMaxK)),
+      fixed_(fixed),
+      costs_(std::move(costs)) {}
 
 int Speculator::choose_k() const {
   // Acceptance per proposal, with a prior of one hit and one miss.
@@ -127,6 +135,7 @@ int Speculator::choose_k(double a) const {
 
 Result<std::vector<int32_t>> Speculator::next(std::span<const int32_t> history, int64_t room) {
   ++steps_;
+  if (fixed_) return p_->propose(history, static_cast<int>(std::min<int64_t>(max_k_, room)));
   // A plain step now and then measures what checks are compared with (a draft always has
   // proposals, so its plain steps would otherwise never be timed).
   const bool measure = costs_->seconds(1) == 0 || steps_ % 64 == 0;
@@ -144,7 +153,7 @@ Result<std::vector<int32_t>> Speculator::next(std::span<const int32_t> history, 
 }
 
 void Speculator::record(int proposed, int accepted, int produced, double seconds) {
-  costs_->record(proposed + 1, seconds);
+  costs_->record(proposed + 1, seconds - (proposed > 0 ? p_->catch_up_seconds() : 0.0));
   if (proposed > 0) {
     idle_ = 0;
     hit_ = 0.95 * hit_ + accepted;
@@ -168,16 +177,20 @@ void Speculator::record(int proposed, int accepted, int produced, double seconds
 Result<SpeculatorFactory> make_speculator_factory(const SpecOptions& o, const Transformer& target,
                                                   const Tokenizer& target_tok,
                                                   const RuntimeOptions& runtime) {
-  if (!o.any()) return SpeculatorFactory();
+  if (!o.any()) {
+    if (o.fixed) return err("--spec-fixed needs --lookup or --draft");
+    return SpeculatorFactory();
+  }
   if (o.lookup && !o.draft.empty()) return err("--lookup and --draft exclude each other");
   if (o.k < 1 || o.k > Speculator::kMaxK)
     return err("--spec-k must be in [1, {}], got {}", Speculator::kMaxK, o.k);
   TQ_CHECK_OK(check_speculation(target));
   const int k = o.k;
+  const bool fixed = o.fixed;
   auto costs = std::make_shared<StepCosts>();  // one model, one machine: learned once
   if (o.lookup)
-    return SpeculatorFactory([k, costs](int64_t) -> Result<std::unique_ptr<Speculator>> {
-      return std::make_unique<Speculator>(std::make_unique<LookupProposer>(), k, costs);
+    return SpeculatorFactory([k, fixed, costs](int64_t) -> Result<std::unique_ptr<Speculator>> {
+      return std::make_unique<Speculator>(std::make_unique<LookupProposer>(), k, costs, fixed);
     });
   TQ_TRY(ModelSource d, open_model(o.draft));
   TQ_TRY(Tokenizer dtok, load_model_tokenizer(d));
@@ -186,8 +199,8 @@ Result<SpeculatorFactory> make_speculator_factory(const SpecOptions& o, const Tr
   if (Status st = DraftProposer::check(*draft, dtok, target, target_tok); !st.ok())
     return err("--draft {}: {}", o.draft, st.error().message);
   return SpeculatorFactory(
-      [draft, k, costs](int64_t capacity) -> Result<std::unique_ptr<Speculator>> {
-        return std::make_unique<Speculator>(DraftProposer::make(draft, capacity), k, costs);
+      [draft, k, fixed, costs](int64_t capacity) -> Result<std::unique_ptr<Speculator>> {
+        return std::make_unique<Speculator>(DraftProposer::make(draft, capacity), k, costs, fixed);
       });
 }
 

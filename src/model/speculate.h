@@ -28,6 +28,9 @@ class Proposer {
   // At most k tokens that may follow `history` (the prompt and every token taken so far).
   virtual Result<std::vector<int32_t>> propose(std::span<const int32_t> history, int k) = 0;
   virtual std::string name() const = 0;  // "lookup", "draft"
+  // Seconds the last propose() spent catching up on text that plain steps took (more tokens
+  // than one check can take): not what a check costs when checks run back to back.
+  virtual double catch_up_seconds() const { return 0; }
 };
 
 // Prompt lookup: the longest suffix of the history (max_ngram down to min_ngram tokens) that
@@ -56,9 +59,11 @@ class DraftProposer final : public Proposer {
                                              int64_t capacity);
   Result<std::vector<int32_t>> propose(std::span<const int32_t> history, int k) override;
   std::string name() const override { return "draft"; }
+  double catch_up_seconds() const override { return catch_up_s_; }
 
  private:
   DraftProposer(std::shared_ptr<const Transformer> m, int64_t capacity);
+  double catch_up_s_ = 0;
   std::shared_ptr<const Transformer> model_;
   KvCache cache_;
   std::vector<int32_t> fed_;  // tokens in cache_, in order
@@ -100,8 +105,9 @@ class StepCosts {
 class Speculator {
  public:
   static constexpr int kMaxK = 16;
+  // fixed: every step with proposals checks max_k of them (no adaptation: A/B runs, tests).
   Speculator(std::unique_ptr<Proposer> p, int max_k,
-             std::shared_ptr<StepCosts> costs = std::make_shared<StepCosts>());
+             std::shared_ptr<StepCosts> costs = std::make_shared<StepCosts>(), bool fixed = false);
   // Proposals for the step after `history` (empty: a plain decode step), at most `room`.
   Result<std::vector<int32_t>> next(std::span<const int32_t> history, int64_t room);
   // The step's forward over `positions` tokens took `seconds`; `proposed` of them were
@@ -117,6 +123,7 @@ class Speculator {
   int choose_k(double a) const;  // at acceptance a
   std::unique_ptr<Proposer> p_;
   int max_k_;
+  bool fixed_;
   int idle_ = 0;  // plain steps in a row since a check
   int probe_every_ = 16;
   bool probe_ = false;
@@ -133,8 +140,9 @@ using SpeculatorFactory = std::function<Result<std::unique_ptr<Speculator>>(int6
 // What --lookup / --draft MODEL / --spec-k ask for.
 struct SpecOptions {
   bool lookup = false;
-  std::string draft;  // a model path
-  int k = 8;          // most proposals per step
+  std::string draft;   // a model path
+  int k = 8;           // most proposals per step
+  bool fixed = false;  // --spec-fixed: always k, no adaptation
   bool any() const { return lookup || !draft.empty(); }
 };
 // The factory `o` asks for (null when it asks for nothing): checks the flags, the target, and a

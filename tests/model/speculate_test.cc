@@ -85,6 +85,55 @@ TEST(Speculator, StopsCheckingWhenNothingIsAcceptedAndProbesNowAndThen) {
   EXPECT_LE(s.stats().checks - more, 4);
 }
 
+// Every proposal accepted, but each checked position costs a whole step (a draft as slow as its
+// target): checks never pay, so once that is measured probes come only every 256 steps, even
+// though each probe's proposal is taken.
+TEST(Speculator, ProbesRarelyWhereChecksCannotPayEvenWhenAllAreTaken) {
+  Speculator s(std::make_unique<Fixed>(), 8);
+  run_steps(s, 64, 1.0, 1.0, 1.0);
+  const int64_t checks = s.stats().checks;
+  run_steps(s, 512, 1.0, 1.0, 1.0);
+  EXPECT_LE(s.stats().checks - checks, 2);
+  EXPECT_EQ(s.stats().accepted, s.stats().proposed);
+}
+
+// A proposer that takes `catch_up` seconds to read what plain steps took before each proposal.
+class CatchingUp final : public Proposer {
+ public:
+  explicit CatchingUp(double catch_up) : catch_up_(catch_up) {}
+  Result<std::vector<int32_t>> propose(std::span<const int32_t>, int k) override {
+    return std::vector<int32_t>(static_cast<size_t>(k), 1);
+  }
+  std::string name() const override { return "catching up"; }
+  double catch_up_seconds() const override { return catch_up_; }
+
+ private:
+  double catch_up_;
+};
+
+// The catch-up is not what a check costs: cheap checks whose steps also carry a long catch-up
+// are still taken for cheap.
+TEST(Speculator, LeavesACatchUpOutOfWhatAChecksCosts) {
+  auto costs = std::make_shared<StepCosts>();
+  Speculator s(std::make_unique<CatchingUp>(5.0), 4, costs);
+  const std::vector<int32_t> h = {1, 2, 3};
+  for (int i = 0; i < 40; ++i) {
+    auto p = s.next(h, 100);
+    ASSERT_TRUE(p.ok());
+    const int k = static_cast<int>(p->size());
+    s.record(k, k, k + 1, 1.0 + 0.1 * k + (k > 0 ? 5.0 : 0.0));
+  }
+  EXPECT_NEAR(costs->relative(2), 1.1, 1e-6);
+  EXPECT_GT(s.stats().tokens_per_step(), 3.0);
+}
+
+TEST(Speculator, FixedChecksKAtEveryStep) {
+  Speculator s(std::make_unique<Fixed>(), 3, std::make_shared<StepCosts>(), /*fixed=*/true);
+  run_steps(s, 50, 0.0, 1.0, 5.0);  // nothing taken, each check costly: still 3 every step
+  EXPECT_EQ(s.stats().checks, 50);
+  EXPECT_EQ(s.stats().proposed, 150);
+}
+
 TEST(Speculator, NeverProposesPastTheRoomLeft) {
   Speculator s(std::make_unique<Fixed>(), 8);
   const std::vector<int32_t> h = {1};
