@@ -28,8 +28,8 @@ class Proposer {
   // At most k tokens that may follow `history` (the prompt and every token taken so far).
   virtual Result<std::vector<int32_t>> propose(std::span<const int32_t> history, int k) = 0;
   virtual std::string name() const = 0;  // "lookup", "draft"
-  // Seconds the last propose() spent catching up on text that plain steps took (more tokens
-  // than one check can take): not what a check costs when checks run back to back.
+  // Seconds the last propose() spent reading the prompt (a draft's first forward): a one-off,
+  // left out of what a check costs.
   virtual double catch_up_seconds() const { return 0; }
 };
 

@@ -97,7 +97,7 @@ TEST(Speculator, ProbesRarelyWhereChecksCannotPayEvenWhenAllAreTaken) {
   EXPECT_EQ(s.stats().accepted, s.stats().proposed);
 }
 
-// A proposer that takes `catch_up` seconds to read what plain steps took before each proposal.
+// A proposer that reports `catch_up` seconds of reading the prompt with each proposal.
 class CatchingUp final : public Proposer {
  public:
   explicit CatchingUp(double catch_up) : catch_up_(catch_up) {}
@@ -111,8 +111,8 @@ class CatchingUp final : public Proposer {
   double catch_up_;
 };
 
-// The catch-up is not what a check costs: cheap checks whose steps also carry a long catch-up
-// are still taken for cheap.
+// The prompt's catch-up is not what a check costs: cheap checks whose steps also carry one are
+// still taken for cheap.
 TEST(Speculator, LeavesACatchUpOutOfWhatAChecksCosts) {
   auto costs = std::make_shared<StepCosts>();
   Speculator s(std::make_unique<CatchingUp>(5.0), 4, costs);
