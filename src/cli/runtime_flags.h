@@ -77,7 +77,7 @@ inline void add_runtime_flags(CLI::App& app, RuntimeOptions* o) {
                         : v == "on" || v == "1" ? Prepack::kOn
                                                 : Prepack::kOff;
          },
-         "fast runtime: 4-bit codes repacked at load for the AVX-512 VNNI lanes kernel, which "
+         "fast runtime: 2/3/4-bit codes repacked at load for the AVX-512 VNNI lanes kernel, which "
          "then runs every batch size (auto: where the weights fit the last-level cache)")
       ->envname("TQ_PREPACK")
       ->check(CLI::Validator(

@@ -15,7 +15,7 @@
 //                  |                               |                    |   pmaddwd (AVX2/3)
 //   mxfp8          | row decoded to f32, then dot  |                    | -
 //   affine, g%64==0| (prefill of 16+ tokens on CPUs with AMX: kernels/amx_matmul.h, tdpbusd tiles)
-//   affine 4-bit   | prepacked (pack_lanes, AVX3_DL): every token count on the lanes kernel
+//   affine 2/3/4   | prepacked (pack_lanes, AVX3_DL): every token count on the lanes kernel
 //
 // Rows [r0, r1) only, so a thread pool can split the work by output rows.
 #pragma once
@@ -94,10 +94,11 @@ void packed_matmul_q8(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t 
 void packed_matmul_q8_ref(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy, int64_t r0,
                           int64_t r1);
 
-// w's codes, scales and biases in the order the lanes kernel (AVX3_DL, 4-bit affine) would
+// w's codes, scales and biases in the order the lanes kernel (AVX3_DL, 2/3/4-bit affine) would
 // unpack and transpose them to on every call, in strips of 32 rows (the last padded with its
 // last row): the codes nibble-packed (16 · cols bytes a strip), then each strip's scales and
-// biases as [group][32 rows] in their dtype; as many bytes as w's. Empty where that kernel does
+// biases as [group][32 rows] in their dtype; as many bytes as w's at 4 bits (4/3 and 2x the
+// codes' bytes at 3 and 2). Empty where that kernel does
 // not take w. With use_lanes every batch size, one token too, runs on the lanes with nothing
 // unpacked per call: the same bits at every size, and a batch's extra tokens cheap.
 std::vector<uint8_t> pack_lanes(const PackedMatrix& w);

@@ -674,7 +674,8 @@ void MatmulQ8Impl(const PackedMatrix& w, const ActQ8& xq, float* y, int64_t ldy,
 std::vector<uint8_t> PackLanesImpl(const PackedMatrix& w) {
   std::vector<uint8_t> out;
 #if defined(TQ_Q8_KERNELS) && HWY_TARGET == HWY_AVX3_DL
-  if (w.format != WeightFormat::kAffine || w.bits != 4 || !TilesSupportedImpl(w)) return out;
+  // 2- and 3-bit codes fit the nibbles too (4 bits a code where they had 2 or 3).
+  if (w.format != WeightFormat::kAffine || w.bits > 4 || !TilesSupportedImpl(w)) return out;
   const int64_t strips = (w.rows + kLaneRows - 1) / kLaneRows, G = w.groups();
   const auto es = static_cast<int64_t>(dtype_size(w.scale_dtype));
   out.resize(static_cast<size_t>(strips * (16 * w.cols + 2 * G * kLaneRows * es)));

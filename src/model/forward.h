@@ -82,7 +82,7 @@ struct RuntimeOptions {
   int64_t read_ahead = 1 << 20;
   bool tiles = true;
   bool amx = true;
-  // Fast runtime: 4-bit codes prepacked at load for the lanes kernel (kernels/packed_matmul.h
+  // Fast runtime: 2/3/4-bit codes prepacked at load for the lanes kernel (kernels/packed_matmul.h
   // pack_lanes), which then takes every batch size: decode, a server's batched rows and
   // prefill chunks on one kernel and one pass over the weights. kAuto: where the weights fit
   // the last-level cache (one stream decodes faster there on the lanes, from DRAM 15-20%

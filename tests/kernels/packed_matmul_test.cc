@@ -380,14 +380,16 @@ TEST(PackedMatmul, Int8ActivationsEqualTheirScalarReference) {
   }
 }
 
-// Prepacked 4-bit codes (pack_lanes): every token count, aligned or not, gives the bits of the
-// lanes kernel unpacking the codes itself, and each token the bits it gets alone.
+// Prepacked 2/3/4-bit codes (pack_lanes): every token count, aligned or not, gives the bits of
+// the lanes kernel unpacking the codes itself, and each token the bits it gets alone.
 TEST(PackedMatmul, PrepackedLanesKeepTheBatchKernelsBits) {
   uint32_t seed = 900;
   int checked = 0;
   for (const Spec& sp : {Spec{WeightFormat::kAffine, 4, 64, DType::kBF16},
                          Spec{WeightFormat::kAffine, 4, 32, DType::kF32},
-                         Spec{WeightFormat::kAffine, 4, 128, DType::kF16}})
+                         Spec{WeightFormat::kAffine, 4, 128, DType::kF16},
+                         Spec{WeightFormat::kAffine, 3, 64, DType::kBF16},
+                         Spec{WeightFormat::kAffine, 2, 32, DType::kBF16}})
     for (int64_t rows : {int64_t{40}, int64_t{96}})
       for (int64_t cols : {int64_t{576}, int64_t{2048}}) {
         if (cols % sp.group != 0) continue;
