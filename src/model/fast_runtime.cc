@@ -574,7 +574,16 @@ Result<std::unique_ptr<Runtime>> load_fast_runtime(const ModelSource& src,
     m.products.push_back({{&L.down}, 1});
   }
   m.products.push_back({{&m.t.lm_head}, 1});
-  const bool pre = opts.prepack == Prepack::kOn || (opts.prepack == Prepack::kAuto && !dram);
+  // Prepacked 2/3-bit codes take a nibble each: they must fit the cache at that size.
+  uint64_t packed = fm->bytes_per_token();
+  for (const ProductRows& p : m.products)
+    for (int j = 0; j < p.count; ++j) {
+      const PackedMatrix& w = *p.w[static_cast<size_t>(j)];
+      if (w.format == WeightFormat::kAffine && w.bits < 4)
+        packed += static_cast<uint64_t>(w.rows * (w.cols / 2 - w.row_bytes()));
+    }
+  const bool fits = packed < static_cast<uint64_t>(llc > 0 ? llc : 32 << 20);
+  const bool pre = opts.prepack == Prepack::kOn || (opts.prepack == Prepack::kAuto && fits);
   if (pre && opts.activations != ActPath::kF32) m.prepack_products();
   if (opts.read_ahead > 0) {
     m.read_ahead =
