@@ -116,9 +116,12 @@ void unpack_codes(const uint8_t* row, int64_t first, int64_t n, int bits, uint8_
     // 8 codes fill `bits` whole bytes; read them as one little-endian word.
     const uint8_t* p = row + first * bits / 8;
     const uint64_t m = (1u << bits) - 1;
-    for (int64_t i = 0; i < n / 8; ++i) {
+    // One 8-byte load where it stays within the n codes' bytes (copying `bits` bytes into the
+    // word stalled on store forwarding); the extra bytes are shifted out below.
+    const int64_t groups = n / 8;
+    for (int64_t i = 0; i < groups; ++i) {
       uint64_t v = 0;
-      std::memcpy(&v, p + i * bits, static_cast<size_t>(bits));
+      std::memcpy(&v, p + i * bits, i * bits + 8 <= groups * bits ? 8 : static_cast<size_t>(bits));
       for (int j = 0; j < 8; ++j) codes[8 * i + j] = static_cast<uint8_t>((v >> (bits * j)) & m);
     }
   } else {

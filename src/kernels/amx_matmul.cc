@@ -164,9 +164,9 @@ TQ_AMX_TARGET inline void unpack_narrow_t(const uint8_t* src, int64_t cols, uint
   constexpr uint64_t kMask = 0x0101010101010101ull * ((1u << kBits) - 1);
   const int64_t groups = cols / 8;
   for (int64_t i = 0; i < groups; ++i) {
-    // pdep reads only the low 8·kBits bits: one 8-byte load, except at the row's end.
+    // pdep reads only the low 8·kBits bits: one 8-byte load where it stays in the row.
     uint64_t v = 0;
-    if (i + 1 < groups)
+    if (i * kBits + 8 <= groups * kBits)
       std::memcpy(&v, src + i * kBits, 8);
     else
       std::memcpy(&v, src + i * kBits, kBits);
