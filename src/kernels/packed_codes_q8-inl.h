@@ -187,7 +187,7 @@ HWY_INLINE void QxChunks(const PackedMatrix& w, const uint8_t* const* rp, const 
     const __m512i q1 = _mm512_loadu_si512(qx + 128 * c), q2 = _mm512_loadu_si512(qx + 128 * c + 64);
     const __m512i r1 = _mm512_loadu_si512(rx + 128 * c), r2 = _mm512_loadu_si512(rx + 128 * c + 64);
     const __m512 dvc = _mm512_loadu_ps(dv + 16 * c);
-    const bool ahead = kPf && c % pn == pt;
+    const bool ahead = kPf && (pn == 1 || c % pn == pt);
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
       const uint8_t* p = rp[i] + chunk_bytes * c;
@@ -227,7 +227,7 @@ HWY_INLINE void QxSteps(const PackedMatrix& w, const uint8_t* const* rp, const S
   for (int64_t h = h0; h < steps; ++h) {
     const __m512i qv = _mm512_loadu_si512(q + 64 * h), rv = _mm512_loadu_si512(rr + 64 * h);
     const __m512 dvh = _mm512_loadu_ps(dv8 + 16 * h);
-    const bool ahead = kPf && h % pn == pt;
+    const bool ahead = kPf && (pn == 1 || h % pn == pt);
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
       const uint8_t* p = rp[i] + step_bytes * h;

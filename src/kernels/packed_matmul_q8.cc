@@ -280,11 +280,11 @@ inline void Q4Chunks(const PackedMatrix& w, const uint8_t* const* rp, const S* c
     const __m512i rl = _mm512_loadu_si512(r4 + 128 * c);
     const __m512i rh = _mm512_loadu_si512(r4 + 128 * c + 64);
     const __m512 dvc = _mm512_loadu_ps(dv + 16 * c);
+    const bool ahead = kPf && (pn == 1 || c % pn == pt);
 #pragma GCC unroll 8
     for (int i = 0; i < R; ++i) {
       const __m512i v = _mm512_loadu_si512(rp[i] + 64 * c);
-      if constexpr (kPf)
-        if (c % pn == pt) Prefetch(rp[i] + 64 * c + pf);
+      if (ahead) Prefetch(rp[i] + 64 * c + pf);
       __m512i lo = _mm512_and_si512(v, m4);
       __m512i hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
       if constexpr (kFp4) lo = _mm512_shuffle_epi8(lut, lo), hi = _mm512_shuffle_epi8(lut, hi);
@@ -338,7 +338,7 @@ inline void RowsQ4(const PackedMatrix& w, const uint8_t* const* rp, const S* con
     const int64_t oh = h < 2 * full ? o + 64 : o + 32;
     const __m256 dvh = _mm256_loadu_ps(dv + 8 * h);
     for (int i = 0; i < R; ++i) {
-      if (pf && h % 2 == 0 && (h / 2) % pn == pt) Prefetch(rp[i] + 32 * h + pf);
+      if (pf && h % 2 == 0 && (pn == 1 || (h / 2) % pn == pt)) Prefetch(rp[i] + 32 * h + pf);
       const __m256i acc = Dot64<kFp4>(rp[i] + 32 * h, q4 + o, q4 + oh, r4 + o, r4 + oh);
       const __m256 f = _mm256_mul_ps(dvh, HalfScales(sp[i], h, w.group, gshift));
       t[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc), f, t[i]);

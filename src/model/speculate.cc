@@ -144,8 +144,7 @@ Result<std::vector<int32_t>> Speculator::next(std::span<const int32_t> history, 
   int k = measure ? 0 : choose_k();
   // A probe: has acceptance come back? Rarely where the measured costs say checks would not pay
   // even if every proposal were taken (learned once for every sequence of the process).
-  const int every = choose_k(1.0) == 0 ? 256 : probe_every_;
-  if (k == 0 && !measure && ++idle_ >= every) {
+  if (k == 0 && !measure && ++idle_ >= probe_every_ && (idle_ >= 256 || choose_k(1.0) > 0)) {
     k = 1;
     probe_ = true;
   }
