@@ -149,6 +149,15 @@ Result<std::string> measured_sensitivity(const ConvertJob& job,
   return so.out;
 }
 
+// The bytes of lm_head in the plan (the cost of the untie when a rotation made it).
+uint64_t head_bytes(const QuantPlan& plan) {
+  for (const PlanEntry& e : plan.entries)
+    if (e.kind->role == TensorRole::kLmHead)
+      return e.spec ? quantized_bytes(*e.spec, e.shape[0], e.shape[1], plan.dtype)
+                    : static_cast<uint64_t>(shape_numel(e.shape)) * dtype_size(plan.dtype);
+  return 0;
+}
+
 // --preset best: the composition that measured best on SmolLM2 at 3.5 and 4.5 bpw
 // (bench/README.md, "Quality frontier"); flags given explicitly keep their values.
 ConvertArgs apply_preset(ConvertArgs a) {
@@ -238,6 +247,14 @@ Status run_convert_verb(const ConvertArgs& args) {
     o.extra_metadata["allocation"] = allocation;
   }
   SizeStats plan_size = job.plan.size();
+  std::string untie_line;  // bytes are what a user compares; mlx-lm's bpw counts the new head too
+  if (rotation && rotation->unties_head()) {
+    const uint64_t hb = head_bytes(job.plan);
+    untie_line = fmt::format(
+        "the rotation unties the tied head: lm_head adds {} bytes ({:.1f}% of {}){}", hb,
+        100.0 * static_cast<double>(hb) / static_cast<double>(plan_size.bytes), plan_size.bytes,
+        a.target_bpw ? "; --target-size SIZE holds the artifact to the bytes of a tied one" : "");
+  }
   if (a.dry_run) {
     if (a.json) {
       nlohmann::json j = {{"dry_run", true},
@@ -250,9 +267,11 @@ Status run_convert_verb(const ConvertArgs& args) {
                           {"quantization", job.plan.quantization_json()},
                           {"modules", job.plan.modules_json()}};
       if (alloc) j["allocation"] = allocation;
+      if (rotation && rotation->unties_head()) j["untied_head_bytes"] = head_bytes(job.plan);
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       for (const auto& line : describe_plan(job)) std::printf("%s\n", line.c_str());
+      if (!untie_line.empty()) std::printf("%s\n", untie_line.c_str());
       if (alloc)
         std::printf(
             "allocation: target %s, achieved %.4f bpw, predicted summed KL %.6g nats "
@@ -291,6 +310,7 @@ Status run_convert_verb(const ConvertArgs& args) {
     std::fprintf(stderr, "tq convert: %s -> %s (%s, %.4f bpw, %llu bytes)\n", a.src.c_str(),
                  a.out.c_str(), quant_spec_str(job.plan.global).c_str(), plan_size.bpw,
                  static_cast<unsigned long long>(plan_size.bytes));
+  if (root && !untie_line.empty()) std::fprintf(stderr, "tq convert: %s\n", untie_line.c_str());
   RtnQuantizer rtn(grid);
   LayerQuantizer* quantizer = &rtn;
   GptqSetup gptq;

@@ -25,6 +25,8 @@ class RotationTransform : public WeightTransform {
   Status apply_globals(TensorMap& globals) override { return folder_.apply_globals(globals); }
   Status apply_layer(int64_t layer, TensorMap& t) override { return folder_.apply_layer(layer, t); }
   nlohmann::json metadata() const override { return folder_.metadata(); }
+  // True when R1 unties a tied head: the output holds an lm_head the source did not.
+  bool unties_head() const { return folder_.plan().untie; }
   // rotation.json (+ rotations.safetensors when save_matrices).
   Result<std::vector<std::pair<std::string, std::string>>> sidecar_files() const override;
 

@@ -210,6 +210,21 @@ def test_rotated_allocation_needs_a_rotated_table(env, tmp_path):
     meta = json.loads((out / "tq_metadata.json").read_text())
     assert 3.98 <= meta["allocation"]["achieved_bpw"] <= 4.0
     assert (out / "rotation.json").exists()
+    # The untie's bytes are reported, and --target-size holds the untied plan to a tied one's.
+    tied = json.loads(tq("convert", src, "--target-bpw", "4.0", "--dry-run", "--json",
+                         "--sensitivity", env["sens"]).stdout)
+    assert "untied_head_bytes" not in tied
+    rot_bpw = json.loads(tq("convert", src, "--target-bpw", "4.0", "--dry-run", "--json",
+                            "--rotate-weights", "--seed", "3", "--sensitivity", rot).stdout)
+    head = rot_bpw["untied_head_bytes"]
+    assert 0 < head < rot_bpw["bytes"] and rot_bpw["bytes"] > tied["bytes"]
+    r = tq("convert", src, "--target-size", tied["bytes"], "--dry-run", "--rotate-weights",
+           "--seed", "3", "--sensitivity", rot)
+    assert "unties the tied head: lm_head adds" in r.stdout, r.stdout
+    rot_size = json.loads(tq("convert", src, "--target-size", tied["bytes"], "--dry-run",
+                             "--json", "--rotate-weights", "--seed", "3", "--sensitivity",
+                             rot).stdout)
+    assert tied["bytes"] - 2000 <= rot_size["bytes"] <= tied["bytes"]
     one_line_error(tq("convert", src, "--target-bpw", "4.0", "--dry-run", "--sensitivity", rot,
                       ok=False), str(rot), "no rotation")
     one_line_error(tq("convert", src, "--target-bpw", "4.0", "--dry-run", "--rotate-weights",
