@@ -107,6 +107,15 @@ TEST(ChatTemplate, PythonValueFormatting) {
   EXPECT_EQ(render("{{ 'é' ~ \"it's\"|length }}"), "é4");
 }
 
+// Found by chat_template_fuzz: an empty string or list repeated 9**9 times looped 9**9 times.
+TEST(ChatTemplate, EmptyRepetitionIsImmediate) {
+  auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(render("[{{ 2 * '' * 3 ** 2 ** 9 }}]{{ ([] * 1000000000000)|length }}"
+                   "{{ (() * 1000000000000)|length }}"),
+            "[]00");
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1.0);
+}
+
 TEST(ChatTemplate, ToJsonKeepsKeyOrderLikePython) {
   auto t = ChatTemplate::parse("{{ tools[0]|tojson }}|{{ tools[0]|tojson(indent=2) }}");
   ASSERT_TRUE(t.ok());

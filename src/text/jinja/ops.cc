@@ -12,7 +12,9 @@ Error type_error(std::string_view op, const Value& a, const Value& b) {
 }
 
 Result<Value> repeat(const ValueList* list, const std::string* s, int64_t n, Kind kind) {
-  if (n <= 0)
+  // An empty unit repeated is empty however large n is (no loop of n empty appends).
+  const bool empty = list ? list->empty() : s->empty();
+  if (n <= 0 || empty)
     return list ? (kind == Kind::kTuple ? Value::make_tuple({}) : Value::make_list())
                 : Value::string("");
   // Elements are copies: a list's unit counts the strings it holds, not only its slots.
