@@ -248,8 +248,8 @@ Status run_convert_verb(const ConvertArgs& args) {
   }
   SizeStats plan_size = job.plan.size();
   std::string untie_line;  // bytes are what a user compares; mlx-lm's bpw counts the new head too
-  if (rotation && rotation->unties_head()) {
-    const uint64_t hb = head_bytes(job.plan);
+  const uint64_t hb = rotation && rotation->unties_head() ? head_bytes(job.plan) : 0;
+  if (hb) {
     untie_line = fmt::format(
         "the rotation unties the tied head: lm_head adds {} bytes ({:.1f}% of {}){}", hb,
         100.0 * static_cast<double>(hb) / static_cast<double>(plan_size.bytes), plan_size.bytes,
@@ -267,7 +267,7 @@ Status run_convert_verb(const ConvertArgs& args) {
                           {"quantization", job.plan.quantization_json()},
                           {"modules", job.plan.modules_json()}};
       if (alloc) j["allocation"] = allocation;
-      if (rotation && rotation->unties_head()) j["untied_head_bytes"] = head_bytes(job.plan);
+      if (hb) j["untied_head_bytes"] = hb;
       std::printf("%s\n", j.dump(2).c_str());
     } else {
       for (const auto& line : describe_plan(job)) std::printf("%s\n", line.c_str());

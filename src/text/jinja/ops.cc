@@ -21,7 +21,7 @@ Result<Value> repeat(const ValueList* list, const std::string* s, int64_t n, Kin
   size_t unit = s ? s->size() : 0;
   if (list)
     for (const Value& x : *list) unit += sizeof(Value) + value_bytes(x, kMaxStringBytes);
-  if (unit && static_cast<uint64_t>(n) > kMaxStringBytes / unit)
+  if (static_cast<uint64_t>(n) > kMaxStringBytes / unit)
     return err("repetition result larger than {} bytes", kMaxStringBytes);
   if (s) {
     std::string out;
