@@ -7,9 +7,11 @@
 #include "base/byte_size.h"
 #include "base/comm.h"
 #include "convert/gptq_resume.h"
+#include "convert/sensitivity_run.h"
 #include "model/model_tokenizer.h"
 #include "model/tensor_table.h"
 #include "quant/calib.h"
+#include "recipe/sensitivity.h"
 
 namespace tq::cli {
 
@@ -52,6 +54,10 @@ void add_gptq_flags(CLI::App& app, GptqArgs* a) {
                  "per-layer checkpoint directory (default DST.gptq-checkpoint)");
   app.add_flag("--resume", a->resume,
                "continue a killed --gptq run from its checkpoint (same source and options)");
+  app.add_option("--gptq-recovery", a->recovery,
+                 "with a target, scale the sensitivity table's RTN KLs by what GPTQ recovers "
+                 "per role and width, measured first on 6 sampled layers: on or off (default on)")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--grid-refit", a->refit,
                  "after GPTQ, refit each row's scales and biases by least squares against the "
                  "Hessian: on or off (default off)")
@@ -80,6 +86,54 @@ GptqOptions gptq_options(const GptqArgs& a) {
 }
 
 }  // namespace
+
+Result<GptqRecovery> measure_recovery(const GptqArgs& a, ConvertJob& job,
+                                      const std::string& table_path) {
+  TQ_TRY(SensitivityTable table, read_sensitivity(table_path));
+  GptqRecoveryOptions ro;
+  ro.gptq = gptq_options(a);
+  ro.specs = network_specs(table.specs, table.scaled_above_bits);
+  GptqRecovery rec;
+  rec.specs = ro.specs;
+  Comm& comm = world();
+  std::vector<double> flat;  // role, then one factor per spec, for each role
+  if (comm.rank() == 0) {
+    TQ_TRY(Tokenizer tok, load_model_tokenizer(job.source));
+    TQ_TRY(CalibSet calib, build_calib_set(tok, calib_options(a)));
+    std::fprintf(stderr,
+                 "tq convert: gptq recovery: GPTQ against RTN at %zu spec(s) on %lld sampled "
+                 "layers, %lld rows x %lld tokens\n",
+                 ro.specs.size(),
+                 static_cast<long long>(
+                     std::min<int64_t>(ro.sample_layers, job.plan.config.num_hidden_layers)),
+                 static_cast<long long>(std::min(ro.rows, calib.rows())),
+                 static_cast<long long>(calib.seq_len));
+    ro.log = [](const std::string& line) {
+      std::fprintf(stderr, "tq convert: gptq recovery: %s\n", line.c_str());
+    };
+    TQ_TRY(rec, measure_gptq_recovery(job, calib, ro));
+    std::string specs, line;
+    for (const QuantSpec& q : rec.specs) specs += (specs.empty() ? "" : ", ") + quant_spec_str(q);
+    for (const auto& [role, f] : rec.factor) {
+      line += fmt::format("{}{}", line.empty() ? "" : "; ", tensor_role_name(role));
+      for (double v : f) line += fmt::format(" {:.2f}", v);
+      flat.push_back(static_cast<double>(role));
+      flat.insert(flat.end(), f.begin(), f.end());
+    }
+    std::fprintf(stderr, "tq convert: gptq recovery (GPTQ/RTN loss at %s): %s (%.0f s)\n",
+                 specs.c_str(), line.c_str(), rec.seconds);
+  }
+  if (comm.size() > 1) {
+    TQ_CHECK_OK(broadcast_values(comm, 0, &flat));
+    const size_t step = rec.specs.size() + 1;
+    if (comm.rank() != 0)
+      for (size_t i = 0; i + step <= flat.size(); i += step)
+        rec.factor[static_cast<TensorRole>(static_cast<int>(flat[i]))] = {
+            flat.begin() + static_cast<std::ptrdiff_t>(i + 1),
+            flat.begin() + static_cast<std::ptrdiff_t>(i + step)};
+  }
+  return rec;
+}
 
 nlohmann::json gptq_options_record(const GptqArgs& a) {
   return tq::gptq_options_record(calib_options(a), gptq_options(a));

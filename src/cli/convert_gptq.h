@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "convert/convert.h"
+#include "convert/gptq_recovery.h"
 #include "quant/gptq_quantizer.h"
 
 namespace tq::cli {
@@ -23,6 +24,7 @@ struct GptqArgs {
   bool act_order = false, resume = false;
   GridChoice grid = GridChoice::kMinMax;  // resolved from tq convert's --grid
   std::string refit;                      // --grid-refit on|off ("": the default)
+  std::string recovery;                   // --gptq-recovery on|off ("": on with a target)
   bool refit_on() const { return refit == "on"; }
 };
 
@@ -35,6 +37,11 @@ struct GptqSetup {
   std::unique_ptr<GptqQuantizer> quantizer;
   std::string checkpoint_dir;
 };
+// With a target: what GPTQ recovers per role and spec of the table at `table_path`
+// (convert/gptq_recovery.h), measured on rank 0 and sent to the others.
+Result<GptqRecovery> measure_recovery(const GptqArgs& a, ConvertJob& job,
+                                      const std::string& table_path);
+
 Result<GptqSetup> make_gptq(const GptqArgs& a, const ConvertJob& job, const ConvertOptions& o);
 
 }  // namespace tq::cli

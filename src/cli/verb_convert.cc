@@ -84,6 +84,7 @@ nlohmann::json options_record(const ConvertArgs& a) {
   if (!a.target_size.empty()) o["target_size"] = a.target_size;
   if (!a.sensitivity.empty()) o["sensitivity"] = a.sensitivity;
   if (a.allow_over) o["allow_over"] = true;
+  if (!a.gptq.recovery.empty()) o["gptq_recovery"] = a.gptq.recovery;
   return o;
 }
 
@@ -195,6 +196,8 @@ Status run_convert_verb(const ConvertArgs& args) {
     return err("--grid {}: expected minmax or search", a.grid);
   if (!a.gptq.refit.empty() && !a.gptq.enabled)
     return err("--grid-refit refits grids after GPTQ; add --gptq");
+  if (!a.gptq.recovery.empty() && !(a.gptq.enabled && (a.target_bpw || !a.target_size.empty())))
+    return err("--gptq-recovery corrects an allocation for GPTQ; add --gptq and a target");
   if (!a.dry_run && a.out.empty()) return err("-o/--output DST is required (or --dry-run)");
   // --no-quantize: every module float (the folded float model: the rotation parity instrument).
   if (a.no_quantize) o.plan.keep_float = {"*"};
@@ -219,6 +222,7 @@ Status run_convert_verb(const ConvertArgs& args) {
   TQ_TRY(ConvertJob job, prepare_convert(o, transforms));
   nlohmann::json allocation;  // null unless allocating
   std::optional<AllocateOutcome> alloc;
+  std::optional<GptqRecovery> recovery;
   if (allocating) {
     AllocateRequest req;
     req.target_bpw = a.target_bpw.value_or(0);
@@ -235,7 +239,12 @@ Status run_convert_verb(const ConvertArgs& args) {
     if (req.sensitivity.empty()) {
       TQ_TRY(req.sensitivity, measured_sensitivity(job, ro));
     }
+    if (a.gptq.enabled && a.gptq.recovery != "off") {
+      TQ_TRY(recovery, measure_recovery(a.gptq, job, req.sensitivity));
+      req.recovery = &*recovery;
+    }
     TQ_TRY(alloc, allocate_convert_plan(job, req));
+    if (recovery && a.no_timings) alloc->record["gptq_recovery"].erase("seconds");
     allocation = alloc->record;
     if (alloc->uniform.uniform_better)
       std::fprintf(stderr,

@@ -80,8 +80,9 @@ Result<AllocateOutcome> allocate_convert_plan(ConvertJob& job, const AllocateReq
     // The table's bytes are at its own dtype; the plan's dtype decides the real size.
     for (const SpecKl& k : m->specs)
       if (e.shape[1] % k.spec.group_size == 0 && k.spec.bits >= e.min_bits)
-        a.options.push_back(
-            {k.spec, k.kl, quantized_bytes(k.spec, e.shape[0], e.shape[1], plan.dtype), true});
+        a.options.push_back({k.spec,
+                             k.kl * (req.recovery ? req.recovery->factor_for(a.role, k.spec) : 1.0),
+                             quantized_bytes(k.spec, e.shape[0], e.shape[1], plan.dtype), true});
     if (a.options.empty())
       return err("{}: module '{}' has no measured spec that fits its input width {}{}", path,
                  e.module, e.shape[1],
@@ -152,6 +153,7 @@ Result<AllocateOutcome> allocate_convert_plan(ConvertJob& job, const AllocateReq
         {"calibration_sha256", table.calibration.sha256},
         {"windows", table.calibration.windows},
         {"seq_len", table.calibration.seq_len}}},
+      {"gptq_recovery", req.recovery ? req.recovery->to_json() : json(nullptr)},
   };
   out.plan = std::move(ap);
   out.uniform = uni;

@@ -11,6 +11,7 @@
 
 #include "base/result.h"
 #include "convert/convert.h"
+#include "convert/gptq_recovery.h"
 #include "recipe/allocate.h"
 
 namespace tq {
@@ -23,6 +24,9 @@ struct AllocateRequest {
   // The rotation the conversion folds (rotation_identity), null for none: the table must
   // have been measured under the same one.
   nlohmann::json rotation;
+  // The conversion runs GPTQ: each option's RTN KL is scaled by what GPTQ recovers at its role
+  // and spec (convert/gptq_recovery.h). Null: the table's KLs as they are.
+  const GptqRecovery* recovery = nullptr;
 };
 
 struct AllocateOutcome {

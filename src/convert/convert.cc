@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -195,6 +196,9 @@ Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
   prog.steps = static_cast<int64_t>(groups.size());
   prog.bytes_out_total = out_total;
   json module_info = json::object();
+  // Quantized modules not returned yet: a quantizer may return one in a later group (GPTQ's
+  // head waits for the activations after the last layer).
+  std::map<std::string, std::pair<QuantSpec, Shape>> pending;
   const auto t_apply = Clock::now();
   // The source may store the family in another layout (qwen3_5: Hugging Face's): each plan
   // entry is read from its row of the source's table and re-expressed in the output's.
@@ -234,29 +238,28 @@ Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
     {
       // Called for every group, in model order, even one with nothing to quantize: a stateful
       // quantizer (GPTQ) follows the float model through embed, layers, norm and head.
+      for (const auto& [name, spec] : specs)
+        pending.emplace(name, std::pair{spec, m.at(name).shape});
       TQ_TRY(std::vector<QuantizedModule> mods, quantizer.quantize(g.layer, m, specs, plan.dtype));
-      if (!writer) continue;
-      std::set<std::string> done;
       for (QuantizedModule& q : mods) {
-        auto it = specs.find(q.name + ".weight");
-        if (it == specs.end() || q.spec != it->second || q.shape != m.at(it->first).shape)
+        auto it = pending.find(q.name + ".weight");
+        if (it == pending.end() || q.spec != it->second.first || q.shape != it->second.second)
           return err("quantizer returned module '{}' ({}), which the plan does not hold", q.name,
                      quant_spec_str(q.spec));
-        TQ_CHECK_OK(write(q.name + ".weight", q.weight));
-        TQ_CHECK_OK(write(q.name + ".scales", q.scales));
-        if (quant_mode_has_biases(q.spec.mode)) TQ_CHECK_OK(write(q.name + ".biases", q.biases));
-        prog.bytes_out += q.weight.size() + q.scales.size() + q.biases.size();
-        if (!q.info.is_null()) module_info[q.name] = std::move(q.info);
-        done.insert(it->first);
+        if (writer) {
+          TQ_CHECK_OK(write(q.name + ".weight", q.weight));
+          TQ_CHECK_OK(write(q.name + ".scales", q.scales));
+          if (quant_mode_has_biases(q.spec.mode)) TQ_CHECK_OK(write(q.name + ".biases", q.biases));
+          prog.bytes_out += q.weight.size() + q.scales.size() + q.biases.size();
+          if (!q.info.is_null()) module_info[q.name] = std::move(q.info);
+        }
         m.erase(it->first);
+        pending.erase(it);
         q = QuantizedModule{};  // free as we go
       }
-      if (done.size() != specs.size())
-        return err("quantizer returned {} of the {} modules of {}", done.size(), specs.size(),
-                   g.what);
     }
     for (const PlanEntry* e : g.entries) {
-      if (e->spec) continue;
+      if (e->spec || !writer) continue;
       std::vector<uint8_t> bytes = encode_from_f32(m.at(e->name).data, plan.float_dtype(*e));
       TQ_CHECK_OK(write(e->name, bytes));
       prog.bytes_out += bytes.size();
@@ -267,6 +270,8 @@ Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
     prog.elapsed_s = seconds_since(t_start);
     if (opts.progress) opts.progress(prog);
   }
+  if (writer && !pending.empty())  // (a rank that writes nothing gets no modules back)
+    return err("the quantizer never returned module '{}' of the plan", pending.begin()->first);
   const double apply_s = seconds_since(t_apply);
   if (!writer) return ConvertSummary{};
   const auto t_write = Clock::now();

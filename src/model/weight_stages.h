@@ -55,7 +55,9 @@ struct QuantizedModule {
 // lm_head; all globals at once when transforms run), with all of the group's float tensors
 // after the transforms, also when `specs` is empty.
 // `specs` maps HF tensor names ("...down_proj.weight") of `tensors` to their spec; `dtype` is
-// the output float dtype (affine scales/biases). Returns one module per entry of `specs`.
+// the output float dtype (affine scales/biases). Returns the modules of `specs` it has done:
+// one may be left for a later call, which returns it (GPTQ's head waits for the last layer);
+// by the last group every module of the plan has been returned.
 class LayerQuantizer {
  public:
   virtual ~LayerQuantizer() = default;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "kernels/ops.h"
 #include "model/layer.h"
 #include "model/rope.h"
 #include "model/tensor_table.h"
@@ -214,9 +215,19 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
 
   // Quantizes the modules of `roles` that have a spec, all with the Hessian in `acc`: on rank
   // 0, whose dequantized weights every rank then runs.
+  const bool probing = opt_.probe && opt_.probe_layers.count(layer) > 0;
   auto quantize_group = [&](const std::vector<TensorRole>& roles, BlockedHessian& acc) -> Status {
     std::vector<double> h;
     bool have_h = false;
+    if (probing) {
+      TQ_TRY(h, acc.hessian());
+      have_h = true;
+      if (root())
+        for (TensorRole role : roles) {
+          const std::string& name = names.at(role);
+          TQ_CHECK_OK(opt_.probe(layer, name, tensors.at(name), h));
+        }
+    }
     for (TensorRole role : roles) {
       const std::string& name = names.at(role);
       const QuantSpec* spec = find_spec(specs, name);
@@ -240,6 +251,7 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
   };
   const auto n_mine = static_cast<int64_t>(my_rows_.size());
   auto wanted = [&](const std::vector<TensorRole>& roles) {
+    if (probing) return true;
     for (TensorRole role : roles)
       if (find_spec(specs, names.at(role)) != nullptr) return true;
     return false;
@@ -364,6 +376,38 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
   summary_["seconds"] = seconds_;
   if (!opt_.checkpoint_dir.empty()) TQ_CHECK_OK(save_checkpoint(layer, out));
   return out;
+}
+
+Result<std::vector<double>> GptqDriver::head_hessian(std::span<const float> norm_weight) {
+  const int64_t dd = cfg_.hidden_size;
+  if (next_layer_ != cfg_.num_hidden_layers || !have_input_)
+    return err("gptq: the head needs every layer done first ({} of {})", next_layer_,
+               cfg_.num_hidden_layers);
+  if (static_cast<int64_t>(norm_weight.size()) != dd)
+    return err("gptq: final norm has {} values, hidden size {}", norm_weight.size(), dd);
+  BlockedHessian acc(dd, opt_.hessian, opt_.hessian_row_block, rows_, opt_.comm, kTagHessian);
+  std::vector<float> xb(static_cast<size_t>(seq_ * dd)), h(xb.size());
+  for (size_t r = 0; r < my_rows_.size(); ++r) {
+    TQ_CHECK_OK(x_.read_row(static_cast<int64_t>(r), xb));
+    rms_norm(xb.data(), norm_weight.data(), seq_, dd, static_cast<float>(cfg_.rms_norm_eps),
+             h.data());
+    TQ_CHECK_OK(acc.add_row(my_rows_[r], h, seq_));
+  }
+  return acc.hessian();
+}
+
+Result<GptqModule> GptqDriver::quantize_head(const std::string& weight_name, const FloatTensor& w,
+                                             std::span<const float> norm_weight,
+                                             const QuantSpec& spec, DType dtype) {
+  layer_t0_ = now_s();
+  TQ_TRY(std::vector<double> h, head_hessian(norm_weight));
+  if (!root()) return GptqModule{};
+  std::vector<float> unused;
+  TQ_TRY(GptqModule m,
+         quantize_module(cfg_.num_hidden_layers - 1, weight_name, w, spec, dtype, h, &unused));
+  seconds_ += now_s() - layer_t0_;
+  summary_["seconds"] = seconds_;
+  return m;
 }
 
 Status GptqDriver::save_checkpoint(int64_t layer, const std::vector<GptqModule>& mods) {

@@ -16,6 +16,8 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -64,6 +66,13 @@ struct GptqDriverOptions {
   // broadcasts the dequantized weights. Only rank 0 returns modules and keeps checkpoints.
   Comm* comm = nullptr;
   int64_t hessian_row_block = 16;
+  // In the layers of probe_layers, every linear module's weight (as the stage sees it) and the
+  // Hessian of its input go to probe before the stage quantizes anything: with no specs the
+  // driver runs the float model and probe sees what GPTQ would (convert/gptq_recovery.h).
+  std::set<int64_t> probe_layers;
+  std::function<Status(int64_t layer, const std::string& weight_name, const FloatTensor& w,
+                       std::span<const double> h)>
+      probe;
 };
 
 class GptqDriver {
@@ -85,6 +94,15 @@ class GptqDriver {
                                                  const std::map<std::string, FloatTensor>& tensors,
                                                  const std::map<std::string, QuantSpec>& specs,
                                                  DType dtype);
+
+  // The head's input Hessian: final_norm(x)·norm_weight over the activations after the last
+  // layer. Every rank calls it; rank 0 gets H (the others an empty vector).
+  Result<std::vector<double>> head_hessian(std::span<const float> norm_weight);
+  // GPTQ of an untied head against that Hessian, once every layer is done (every rank calls
+  // it; rank 0 gets the module, the others an empty one).
+  Result<GptqModule> quantize_head(const std::string& weight_name, const FloatTensor& w,
+                                   std::span<const float> norm_weight, const QuantSpec& spec,
+                                   DType dtype);
 
   int64_t next_layer() const { return next_layer_; }
   int64_t resumed_layers() const { return resumed_layers_; }

@@ -7,20 +7,32 @@ namespace tq {
 
 namespace {
 
-// Values as the output checkpoint holds them: convert writes floats in dtype and quantizes
-// each weight after that cast, so GPTQ starts from the same matrix RTN would quantize.
-FloatTensor rounded(const FloatTensor& t, DType dtype) {
+void drop_seconds(nlohmann::json& j) {
+  if (j.is_object()) j.erase("seconds");
+}
+
+QuantizedModule from_gptq(GptqModule g, bool record_timings) {
+  QuantizedModule m;
+  m.name = std::move(g.name);
+  m.shape = std::move(g.shape);
+  m.spec = g.spec;
+  m.scale_dtype = g.scale_dtype;
+  m.weight = std::move(g.weight);
+  m.scales = std::move(g.scales);
+  m.biases = std::move(g.biases);
+  m.info = std::move(g.info);
+  if (!record_timings) drop_seconds(m.info);
+  return m;
+}
+
+}  // namespace
+
+FloatTensor as_stored(const FloatTensor& t, DType dtype) {
   FloatTensor r = t;
   if (dtype != DType::kF32)
     for (float& v : r.data) v = round_to_dtype(v, dtype);
   return r;
 }
-
-void drop_seconds(nlohmann::json& j) {
-  if (j.is_object()) j.erase("seconds");
-}
-
-}  // namespace
 
 Result<std::unique_ptr<GptqQuantizer>> GptqQuantizer::create(
     const ModelConfig& cfg, const CalibSet& calib, GptqDriverOptions options,
@@ -37,8 +49,12 @@ Result<std::unique_ptr<GptqQuantizer>> GptqQuantizer::create(
   q->calib_record_ = calib.info();
   q->load_embedding_ = std::move(load_embedding);
   q->record_timings_ = record_timings;
-  for (const TensorKind& k : family_table(cfg.family))
+  for (const TensorKind& k : family_table(cfg.family)) {
     if (k.role == TensorRole::kEmbed) q->embed_name_ = tensor_name(k, -1);
+    if (k.role == TensorRole::kLmHead) q->head_name_ = tensor_name(k, -1);
+    if (k.role == TensorRole::kNormFinal) q->norm_name_ = tensor_name(k, -1);
+  }
+  q->layers_ = cfg.num_hidden_layers;
   q->grid_ = options.gptq.grid;
   TQ_TRY(q->driver_, GptqDriver::create(cfg, calib, std::move(options)));
   return q;
@@ -49,10 +65,18 @@ Result<std::vector<QuantizedModule>> GptqQuantizer::quantize(
     DType dtype) {
   std::vector<QuantizedModule> out;
   if (layer < 0) {  // globals by RTN; the embedding as the output model decodes it feeds layer 0
+    if (auto n = tensors.find(norm_name_); n != tensors.end()) final_norm_ = n->second.data;
     for (const auto& [name, spec] : specs) {
       auto it = tensors.find(name);
       if (it == tensors.end()) return err("globals: no tensor '{}' to quantize", name);
-      const FloatTensor w = rounded(it->second, dtype);
+      const FloatTensor w = as_stored(it->second, dtype);
+      if (name == head_name_) {  // GPTQ once the layers are done: now, or after the last one
+        head_ = w;
+        head_spec_ = spec;
+        head_dtype_ = dtype;
+        if (driver_->next_layer() == layers_) TQ_CHECK_OK(quantize_head(&out));
+        continue;
+      }
       if (w.shape.size() != 2) return err("globals: '{}' is not a matrix", name);
       TQ_TRY(RtnResult r, rtn_quantize(w.data, w.shape[0], w.shape[1], spec, dtype, grid_));
       if (name == embed_name_ && !embedding_set_) {
@@ -72,7 +96,7 @@ Result<std::vector<QuantizedModule>> GptqQuantizer::quantize(
     }
     auto it = tensors.find(embed_name_);
     if (it != tensors.end() && !embedding_set_) {  // a float embedding seen by a transform
-      TQ_CHECK_OK(driver_->set_embedding(rounded(it->second, dtype)));
+      TQ_CHECK_OK(driver_->set_embedding(as_stored(it->second, dtype)));
       embedding_set_ = true;
     }
     return out;
@@ -80,26 +104,24 @@ Result<std::vector<QuantizedModule>> GptqQuantizer::quantize(
   if (!embedding_set_ && driver_->next_layer() == 0) {
     if (!load_embedding_) return err("gptq: layer {} before the embedding was seen", layer);
     TQ_TRY(FloatTensor e, load_embedding_());
-    TQ_CHECK_OK(driver_->set_embedding(rounded(e, dtype)));
+    TQ_CHECK_OK(driver_->set_embedding(as_stored(e, dtype)));
     embedding_set_ = true;
   }
   TensorMap r;
-  for (const auto& [name, t] : tensors) r[name] = rounded(t, dtype);
+  for (const auto& [name, t] : tensors) r[name] = as_stored(t, dtype);
   TQ_TRY(std::vector<GptqModule> mods, driver_->quantize_layer(layer, r, specs, dtype));
-  for (GptqModule& g : mods) {
-    QuantizedModule m;
-    m.name = std::move(g.name);
-    m.shape = std::move(g.shape);
-    m.spec = g.spec;
-    m.scale_dtype = g.scale_dtype;
-    m.weight = std::move(g.weight);
-    m.scales = std::move(g.scales);
-    m.biases = std::move(g.biases);
-    m.info = std::move(g.info);
-    if (!record_timings_) drop_seconds(m.info);
-    out.push_back(std::move(m));
-  }
+  for (GptqModule& g : mods) out.push_back(from_gptq(std::move(g), record_timings_));
+  if (head_ && layer == layers_ - 1) TQ_CHECK_OK(quantize_head(&out));
   return out;
+}
+
+Status GptqQuantizer::quantize_head(std::vector<QuantizedModule>* out) {
+  if (final_norm_.empty()) return err("gptq: the head came before the final norm '{}'", norm_name_);
+  TQ_TRY(GptqModule g,
+         driver_->quantize_head(head_name_, *head_, final_norm_, head_spec_, head_dtype_));
+  head_.reset();
+  if (!g.name.empty()) out->push_back(from_gptq(std::move(g), record_timings_));  // rank 0's
+  return ok_status();
 }
 
 nlohmann::json GptqQuantizer::metadata() const {

@@ -5,11 +5,16 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 
 #include "model/weight_stages.h"
 #include "quant/gptq_driver.h"
 
 namespace tq {
+
+// The values as the output checkpoint holds them: convert writes floats in dtype and quantizes
+// each weight after that cast, so GPTQ starts from the same matrix RTN would quantize.
+FloatTensor as_stored(const FloatTensor& t, DType dtype);
 
 class GptqQuantizer : public LayerQuantizer {
  public:
@@ -31,6 +36,15 @@ class GptqQuantizer : public LayerQuantizer {
   GridChoice grid_ = GridChoice::kMinMax;  // of the RTN globals too
   nlohmann::json calib_record_, options_;
   std::string embed_name_;  // the embedding's name in the output's layout
+  // An untied head goes through GPTQ on the activations after the last layer: it waits here
+  // (as stored, with its spec) from the globals until then, with the final norm it reads.
+  std::string head_name_, norm_name_;
+  std::optional<FloatTensor> head_;
+  QuantSpec head_spec_;
+  DType head_dtype_ = DType::kBF16;
+  std::vector<float> final_norm_;
+  int64_t layers_ = 0;
+  Status quantize_head(std::vector<QuantizedModule>* out);
 };
 
 }  // namespace tq

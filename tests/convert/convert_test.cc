@@ -310,6 +310,61 @@ TEST(Convert, WithoutTransformsGlobalsAreStreamedOneAtATime) {
   EXPECT_FALSE(q.mixed);
 }
 
+// Holds lm_head from the globals (given with the untie transform) until the last layer, as
+// GPTQ's head does; `forever` never returns it.
+class DeferringQuantizer : public LayerQuantizer {
+ public:
+  explicit DeferringQuantizer(int64_t last, bool forever) : last_(last), forever_(forever) {}
+  Result<std::vector<QuantizedModule>> quantize(int64_t layer, const TensorMap& tensors,
+                                                const std::map<std::string, QuantSpec>& specs,
+                                                DType dtype) override {
+    std::map<std::string, QuantSpec> now = specs;
+    if (auto it = now.find("lm_head.weight"); it != now.end()) {
+      held_ = TensorMap{{it->first, tensors.at(it->first)}};
+      held_spec_ = {{it->first, it->second}};
+      now.erase(it);
+    }
+    TQ_TRY(std::vector<QuantizedModule> out, rtn_.quantize(layer, tensors, now, dtype));
+    if (layer == last_ && !forever_ && !held_.empty()) {
+      TQ_TRY(std::vector<QuantizedModule> head, rtn_.quantize(-1, held_, held_spec_, dtype));
+      for (auto& m : head) out.push_back(std::move(m));
+    }
+    return out;
+  }
+  nlohmann::json metadata() const override { return {{"method", "deferring"}}; }
+
+ private:
+  RtnQuantizer rtn_;
+  int64_t last_;
+  bool forever_;
+  TensorMap held_;
+  std::map<std::string, QuantSpec> held_spec_;
+};
+
+TEST(Convert, AQuantizerMayReturnAModuleInALaterGroupButMustReturnEveryOne) {
+  TempDir d;
+  std::string src = write_source(d, tiny_config(2, /*tied=*/true));
+  ConvertOptions o = options(src, d.file("late"));
+  UntieTransform untie;
+  DeferringQuantizer late(1, false);
+  auto s = convert(o, &late, {&untie});
+  ASSERT_TRUE(s.ok()) << s.error().message;
+  RecordingQuantizer rec;
+  UntieTransform untie2;
+  ASSERT_TRUE(convert(options(src, d.file("ref")), &rec, {&untie2}).ok());
+  for (const char* f : {"model.safetensors", "config.json"})
+    EXPECT_EQ(read_file(d.file(std::string("late/") + f)),
+              read_file(d.file(std::string("ref/") + f)))
+        << f;
+  DeferringQuantizer never(1, true);
+  UntieTransform untie3;
+  auto bad = convert(options(src, d.file("never")), &never, {&untie3});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("never returned module 'lm_head.weight'"), std::string::npos)
+      << bad.error().message;
+  EXPECT_FALSE(fs::exists(d.file("never")));  // nothing published
+}
+
 TEST(Convert, RefusesExistingOutputUnlessForcedAndCancelsCleanly) {
   TempDir d;
   std::string src = write_source(d, tiny_config(2));

@@ -231,3 +231,33 @@ def test_rotated_allocation_needs_a_rotated_table(env, tmp_path):
                       "--seed", "4", "--sensitivity", rot, ok=False), "seed=4")
     one_line_error(tq("convert", src, "--target-bpw", "4.0", "--dry-run", "--rotate-weights",
                       "--sensitivity", env["sens"], ok=False), "no rotation")
+
+
+def test_gptq_allocation_is_corrected_by_measured_recovery(env, tmp_path):
+    """With --gptq and a target, each role's RTN KLs are scaled by what GPTQ recovers, measured
+    on sampled layers first and recorded; the corrected plan predicts less loss than the
+    uncorrected one at the same bytes; --gptq-recovery off and misuse behave as documented."""
+    src, calib = env["src"], env["root"] / "calib.txt"
+    base = ["convert", src, "--target-bpw", "4.0", "--dry-run", "--json", "--sensitivity",
+            env["sens"], "--gptq", "--calib", calib, "--calib-tokens", "1024",
+            "--calib-seq-len", "64"]
+    on = json.loads(tq(*base).stdout)["allocation"]
+    off = json.loads(tq(*base, "--gptq-recovery", "off").stdout)["allocation"]
+    rec = on["gptq_recovery"]
+    assert off["gptq_recovery"] is None
+    assert rec["layers"] == [0, 1] and rec["modules"] == 14 and rec["rows"] == 16
+    roles = {"attn_q", "attn_k", "attn_v", "attn_o", "mlp_gate", "mlp_up", "mlp_down"}
+    assert set(rec["factor"]) == roles
+    sens = json.loads(Path(env["sens"]).read_text())
+    measured = {f"affine {s['bits']}-bit g{s['group_size']}" for s in sens["specs"]
+                if s["bits"] <= sens["scaled_above_bits"]}
+    for role, by_spec in rec["factor"].items():
+        assert set(by_spec) == measured, role
+        # GPTQ falls back to RTN when it does not help, so it never loses more than RTN.
+        assert all(0 < f <= 1.0 + 1e-9 for f in by_spec.values()), (role, by_spec)
+    assert abs(on["bytes"] - off["bytes"]) <= 0.02 * on["bytes"] / 4.0
+    assert on["predicted_kl"] < off["predicted_kl"]
+    one_line_error(tq("convert", src, "--target-bpw", "4.0", "--dry-run", "--sensitivity",
+                      env["sens"], "--gptq-recovery", "off", ok=False), "--gptq-recovery")
+    one_line_error(tq("convert", src, "--gptq", "--bits", "4", "--dry-run", "--gptq-recovery",
+                      "on", ok=False), "--gptq-recovery")

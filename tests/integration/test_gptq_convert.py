@@ -126,8 +126,9 @@ def test_searched_grids_and_refit_lower_the_loss_and_load_in_mlx_lm(tq_bin, mode
 
 
 def test_preset_best_composes_allocation_rotation_and_gptq(tq_bin, model, tmp_path):
-    """--preset best --target-bpw: allocation from a rotated sensitivity table, rotation and GPTQ
-    with searched, refitted grids in one convert; the same bytes as the explicit flags."""
+    """--preset best --target-bpw: allocation from a rotated sensitivity table (corrected by
+    GPTQ's measured recovery), rotation and GPTQ with searched, refitted grids in one convert,
+    the untied head included; the same bytes as the explicit flags."""
     src, calib = model
     table = tmp_path / "sens.json"  # small (2 widths, 1 window) to keep the test short
     r = subprocess.run([tq_bin, "sensitivity", str(src), "--rotate-weights", "--bits", "2,4",
@@ -152,5 +153,12 @@ def test_preset_best_composes_allocation_rotation_and_gptq(tq_bin, model, tmp_pa
     alloc = meta["allocation"]
     assert 3.5 <= alloc["achieved_bpw"] <= 3.6 and meta["size"]["bpw"] == alloc["achieved_bpw"]
     assert len(alloc["spec_counts"]) > 1  # mixed widths
+    # The untied head goes through GPTQ after the last layer, and the allocation was corrected
+    # by what GPTQ recovers in every role, the head's included.
+    head = meta["module_info"]["lm_head"]
+    assert head["method"] == "gptq" and head["proxy_loss"] < head["rtn_loss"]
+    factors = alloc["gptq_recovery"]["factor"]
+    assert {"attn_q", "mlp_down", "lm_head"} <= set(factors)
+    assert all(0 < f < 1 for by_spec in factors.values() for f in by_spec.values()), factors
     strip = lambda d: {k: v for k, v in files(d).items() if k != "tq_metadata.json"}  # noqa: E731
     assert strip(outs["preset"]) == strip(outs["explicit"])

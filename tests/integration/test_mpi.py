@@ -1,5 +1,6 @@
 """tq under mpirun (Open MPI): `-np 1`, `-np 2` and `-np 4 --oversubscribe` give the same bytes as
-the plain single-process run for tq sensitivity, a GPTQ conversion and tq ppl / tq kl; a rank
+the plain single-process run for tq sensitivity, a GPTQ conversion (also rotated and allocated)
+and tq ppl / tq kl; a rank
 killed mid-job ends the job with one line, and --resume then measures only what was left."""
 import json
 import os
@@ -103,6 +104,25 @@ def test_gptq_ppl_kl_same_bytes_on_any_rank_count(tq_bin, model, tmp_path, wiki_
         assert not (tmp_path / f"np{n}.gptq-checkpoint").exists()
         assert strip_times(run(mpirun(n) + ppl).stdout) == want_ppl, f"-np {n}"
         assert strip_times(run(mpirun(n) + kl).stdout) == want_kl, f"-np {n}"
+
+
+def test_rotated_allocated_gptq_same_bytes_on_two_ranks(tq_bin, model, tmp_path):
+    """The rotated, allocated GPTQ conversion: the recovery measured on rank 0 and sent to the
+    others, and the untied head's Hessian summed over ranks, give the single process's bytes."""
+    src, sotu = model
+    table = tmp_path / "rot.json"
+    run([tq_bin, "sensitivity", str(src), "--calib", str(sotu[0]), "--windows", "1", "--seq-len",
+         "32", "--bits", "2,4", "--rotate-weights", "--no-timings", "-o", str(table)])
+    cmd = lambda dst: [tq_bin, "convert", str(src), "-o", str(dst), "--rotate-weights",  # noqa
+                       "--gptq", "--target-bpw", "3.5", "--sensitivity", str(table), "--calib",
+                       str(sotu[1]), "--calib-tokens", "2048", "--calib-seq-len", "32",
+                       "--no-timings", "--no-db"]
+    run(cmd(tmp_path / "plain"))
+    meta = json.loads((tmp_path / "plain" / "tq_metadata.json").read_text())
+    assert meta["module_info"]["lm_head"]["method"] == "gptq"
+    assert "lm_head" in meta["allocation"]["gptq_recovery"]["factor"]
+    run(mpirun(2) + cmd(tmp_path / "np2"))
+    assert files(tmp_path / "np2") == files(tmp_path / "plain")
 
 
 def rank1_pid(marker):

@@ -1,0 +1,225 @@
+#include "convert/gptq_recovery.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <optional>
+#include <set>
+
+#include "quant/gptq_driver.h"
+#include "quant/gptq_quantizer.h"
+
+namespace tq {
+
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The float model through the driver (no specs: nothing is quantized), the embedding as the
+// transforms leave it feeding layer 0. With a head to sample (head_rows > 0), every layer runs
+// and on_head gets up to head_rows evenly spaced rows of it with its input Hessian; else the
+// layers past the last sampled one are skipped.
+class RecoveryPass : public LayerQuantizer {
+ public:
+  struct Names {
+    std::string embed, head, norm;
+  };
+  RecoveryPass(GptqDriver* driver, Names names, int64_t layers, int64_t last_layer,
+               int64_t head_rows, std::function<void(int64_t)> layer_done,
+               std::function<Status(const FloatTensor&, std::span<const double>)> on_head)
+      : driver_(driver),
+        n_(std::move(names)),
+        layers_(layers),
+        last_(head_rows > 0 ? layers - 1 : last_layer),
+        head_rows_(head_rows),
+        layer_done_(std::move(layer_done)),
+        on_head_(std::move(on_head)) {}
+
+  Result<std::vector<QuantizedModule>> quantize(int64_t layer, const TensorMap& tensors,
+                                                const std::map<std::string, QuantSpec>&,
+                                                DType dtype) override {
+    if (layer < 0) {
+      auto it = tensors.find(n_.embed);
+      if (it != tensors.end() && !embedded_) {
+        TQ_CHECK_OK(driver_->set_embedding(as_stored(it->second, dtype)));
+        embedded_ = true;
+      }
+      if (auto nrm = tensors.find(n_.norm); nrm != tensors.end()) norm_ = nrm->second.data;
+      if (auto h = tensors.find(n_.head); h != tensors.end() && head_rows_ > 0) {
+        head_ = sample_rows(as_stored(h->second, dtype));
+        if (driver_->next_layer() == layers_) TQ_CHECK_OK(measure_head());
+      }
+      return std::vector<QuantizedModule>();
+    }
+    if (layer > last_) return std::vector<QuantizedModule>();
+    if (!embedded_) return err("gptq recovery: layer {} before the embedding", layer);
+    TensorMap r;
+    for (const auto& [name, t] : tensors) r[name] = as_stored(t, dtype);
+    TQ_TRY(std::vector<GptqModule> none, driver_->quantize_layer(layer, r, {}, dtype));
+    if (layer_done_) layer_done_(layer);
+    if (head_ && layer == layers_ - 1) TQ_CHECK_OK(measure_head());
+    return std::vector<QuantizedModule>();
+  }
+  nlohmann::json metadata() const override { return nullptr; }
+
+ private:
+  FloatTensor sample_rows(const FloatTensor& w) const {
+    const int64_t rows = w.shape[0], cols = w.shape[1], k = std::min(rows, head_rows_);
+    FloatTensor out{{k, cols}, std::vector<float>(static_cast<size_t>(k * cols))};
+    for (int64_t i = 0; i < k; ++i)
+      std::copy_n(w.data.data() + i * rows / k * cols, cols, out.data.data() + i * cols);
+    return out;
+  }
+  Status measure_head() {
+    if (norm_.empty()) return err("gptq recovery: the head came before the final norm");
+    TQ_TRY(std::vector<double> h, driver_->head_hessian(norm_));
+    TQ_CHECK_OK(on_head_(*head_, h));
+    head_.reset();
+    return ok_status();
+  }
+
+  GptqDriver* driver_;
+  Names n_;
+  int64_t layers_, last_, head_rows_;
+  std::function<void(int64_t)> layer_done_;
+  std::function<Status(const FloatTensor&, std::span<const double>)> on_head_;
+  std::optional<FloatTensor> head_;
+  std::vector<float> norm_;
+  bool embedded_ = false;
+};
+
+}  // namespace
+
+std::vector<int64_t> recovery_layers(int64_t n, int k) {
+  std::vector<int64_t> out;
+  if (n <= 0 || k <= 0) return out;
+  const int64_t kk = std::min<int64_t>(n, k);
+  for (int64_t i = 0; i < kk; ++i) out.push_back((2 * i + 1) * n / (2 * kk));
+  return out;
+}
+
+double GptqRecovery::factor_for(TensorRole role, const QuantSpec& spec) const {
+  auto it = factor.find(role);
+  if (it == factor.end()) return 1.0;
+  int best = -1;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const QuantSpec& s = specs[i];
+    if (s == spec) return it->second[i];
+    if (s.mode != spec.mode || s.group_size != spec.group_size) continue;
+    if (best < 0 ||
+        std::abs(s.bits - spec.bits) < std::abs(specs[static_cast<size_t>(best)].bits - spec.bits))
+      best = static_cast<int>(i);
+  }
+  return best < 0 ? 1.0 : it->second[static_cast<size_t>(best)];
+}
+
+nlohmann::json GptqRecovery::to_json() const {
+  nlohmann::json f = nlohmann::json::object();
+  for (const auto& [role, v] : factor) {
+    nlohmann::json by_spec = nlohmann::json::object();
+    for (size_t i = 0; i < specs.size(); ++i) by_spec[quant_spec_str(specs[i])] = v[i];
+    f[std::string(tensor_role_name(role))] = by_spec;
+  }
+  return {{"method", "geometric mean of GPTQ / RTN proxy loss per role and spec"},
+          {"layers", layers},
+          {"rows", rows},
+          {"seq_len", seq_len},
+          {"modules", modules},
+          {"seconds", seconds},
+          {"factor", f}};
+}
+
+Result<GptqRecovery> measure_gptq_recovery(ConvertJob& job, const CalibSet& calib,
+                                           const GptqRecoveryOptions& o) {
+  const double t0 = now_s();
+  const ModelConfig& cfg = job.plan.config;
+  if (o.specs.empty()) return err("gptq recovery: no specs to measure");
+  GptqRecovery rec;
+  rec.specs = o.specs;
+  rec.layers = recovery_layers(cfg.num_hidden_layers, o.sample_layers);
+  if (rec.layers.empty()) return err("gptq recovery: the model has no decoder layers");
+  CalibSet few = calib;
+  rec.rows = std::min(o.rows, calib.rows());
+  rec.seq_len = calib.seq_len;
+  few.tokens.resize(static_cast<size_t>(rec.rows * calib.seq_len));
+
+  // Σ log(gptq/rtn) and the modules counted, per role and spec.
+  std::map<TensorRole, std::vector<std::pair<double, int64_t>>> log_sum;
+  std::map<std::string, TensorRole> role_of;
+  for (const PlanEntry& e : job.plan.entries) role_of[e.name] = e.kind->role;
+  const DType dtype = job.plan.dtype;
+
+  GptqDriverOptions d;
+  d.gptq = o.gptq;
+  d.probe_layers = {rec.layers.begin(), rec.layers.end()};
+  // GPTQ against RTN for one module (or a sample of its rows) of `role`, at every spec.
+  auto sample = [&](TensorRole role, const FloatTensor& w, std::span<const double> h) -> Status {
+    const int64_t rows = w.shape[0], cols = w.shape[1];
+    auto& sums = log_sum[role];
+    sums.resize(rec.specs.size());
+    for (size_t i = 0; i < rec.specs.size(); ++i) {
+      const QuantSpec& s = rec.specs[i];
+      if (cols % s.group_size != 0) continue;  // the table has no such option either
+      TQ_TRY(GptqResult g, gptq_quantize(w.data, rows, cols, h, s, dtype, o.gptq));
+      TQ_TRY(RtnResult q, rtn_quantize(w.data, rows, cols, s, dtype, GridChoice::kMinMax));
+      const double rtn = gptq_proxy_loss(w.data, q.dequantized, rows, cols, h);
+      // A module RTN quantizes without loss (constant groups) says nothing about the role.
+      if (rtn > 0 && g.proxy_loss > 0) {
+        sums[i].first += std::log(g.proxy_loss / rtn);
+        ++sums[i].second;
+      }
+    }
+    ++rec.modules;
+    return ok_status();
+  };
+  d.probe = [&](int64_t, const std::string& name, const FloatTensor& w,
+                std::span<const double> h) -> Status {
+    auto r = role_of.find(name);
+    if (r == role_of.end()) return err("gptq recovery: '{}' is not in the plan", name);
+    return sample(r->second, w, h);
+  };
+  RecoveryPass::Names names;
+  bool head_quantized = false;  // an untied head the plan quantizes: GPTQ conversions do
+  for (const TensorKind& k : family_table(cfg.family)) {
+    if (k.role == TensorRole::kEmbed) names.embed = tensor_name(k, -1);
+    if (k.role == TensorRole::kLmHead) names.head = tensor_name(k, -1);
+    if (k.role == TensorRole::kNormFinal) names.norm = tensor_name(k, -1);
+  }
+  for (const PlanEntry& e : job.plan.entries)
+    if (e.kind->role == TensorRole::kLmHead && e.spec) head_quantized = true;
+  TQ_TRY(std::unique_ptr<GptqDriver> driver, GptqDriver::create(cfg, few, std::move(d)));
+  const std::set<int64_t> sampled(rec.layers.begin(), rec.layers.end());
+  RecoveryPass pass(
+      driver.get(), names, cfg.num_hidden_layers, rec.layers.back(),
+      head_quantized ? o.head_rows : 0,
+      [&](int64_t layer) {
+        if (o.log && sampled.count(layer))
+          o.log(fmt::format("layer {}/{} sampled ({:.0f} s)", layer + 1, cfg.num_hidden_layers,
+                            now_s() - t0));
+      },
+      [&](const FloatTensor& head, std::span<const double> h) -> Status {
+        TQ_CHECK_OK(sample(TensorRole::kLmHead, head, h));
+        if (o.log)
+          o.log(fmt::format("lm_head sampled, {} rows ({:.0f} s)", head.shape[0], now_s() - t0));
+        return ok_status();
+      });
+  ConvertOptions co;
+  co.source = job.source.path;
+  co.dest = job.source.path;  // named in messages only: nothing is written
+  co.write_output = false;
+  TQ_TRY(ConvertSummary unused, run_convert(job, pass, co));
+  for (const auto& [role, sums] : log_sum) {
+    std::vector<double>& f = rec.factor[role];
+    for (const auto& [sum, n] : sums)
+      f.push_back(n > 0 ? std::exp(sum / static_cast<double>(n)) : 1.0);
+  }
+  rec.seconds = now_s() - t0;
+  return rec;
+}
+
+}  // namespace tq
