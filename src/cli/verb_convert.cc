@@ -46,7 +46,7 @@ struct ConvertArgs {
   bool no_quantize = false;
   // --rotate-weights and its options
   bool rotate = false, save_rotations = false;
-  std::string r1 = "hadamard", r2, fold_dtype = "f32";
+  std::string r1, r2, fold_dtype = "f32";  // r1 "": hadamard, or the preset's choice
   uint64_t seed = 0;
 };
 
@@ -159,19 +159,32 @@ uint64_t head_bytes(const QuantPlan& plan) {
   return 0;
 }
 
-// --preset best: the composition that measured best on SmolLM2 at 3.5 and 4.5 bpw
-// (bench/README.md, "Quality frontier"); flags given explicitly keep their values.
-ConvertArgs apply_preset(ConvertArgs a) {
-  if (a.preset != "best") return a;
+// --preset best: the composition that measured best on SmolLM2 (bench/README.md, "Quality
+// frontier"); flags given explicitly keep their values. A source that ties its head keeps it
+// tied: R1 would untie it, and at equal bytes the untied head cost more than R1 gained.
+Result<ConvertArgs> apply_preset(ConvertArgs a) {
+  if (a.preset != "best") {
+    if (a.r1.empty()) a.r1 = "hadamard";
+    return a;
+  }
   a.rotate = true;
   a.gptq.enabled = true;
   if (a.grid.empty()) a.grid = "search";
   if (a.gptq.refit.empty()) a.gptq.refit = "on";
+  if (a.r1.empty()) {
+    TQ_TRY(ModelSource src, open_model(a.src));
+    a.r1 = src.config.tie_word_embeddings ? "none" : "hadamard";
+    if (a.r1 == "none")
+      std::fprintf(stderr,
+                   "tq convert: --preset best: %s ties its head, so R1 (which unties it) is off "
+                   "and R2 stays (--rotate-weights --r1 hadamard rotates anyway)\n",
+                   a.src.c_str());
+  }
   return a;
 }
 
 Status run_convert_verb(const ConvertArgs& args) {
-  const ConvertArgs a = apply_preset(args);
+  TQ_TRY(const ConvertArgs a, apply_preset(args));
   ConvertOptions o;
   o.source = a.src;
   o.dest = a.out;
