@@ -58,6 +58,10 @@ void add_gptq_flags(CLI::App& app, GptqArgs* a) {
                  "with a target, scale the sensitivity table's RTN KLs by what GPTQ recovers "
                  "per role and width, measured first on 6 sampled layers: on or off (default on)")
       ->check(CLI::IsMember({"on", "off"}));
+  app.add_option("--gptq-tied-head", a->tied_head,
+                 "a tied embedding (the head too) by GPTQ on the head's input, its Hessian's "
+                 "diagonal raised by this fraction of its mean for the lookup; 0: RTN (default 0)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--grid-refit", a->refit,
                  "after GPTQ, refit each row's scales and biases by least squares against the "
                  "Hessian: on or off (default off)")
@@ -93,6 +97,7 @@ Result<GptqRecovery> measure_recovery(const GptqArgs& a, ConvertJob& job,
   GptqRecoveryOptions ro;
   ro.gptq = gptq_options(a);
   ro.specs = network_specs(table.specs, table.scaled_above_bits);
+  ro.tied_head_ridge = a.tied_head_ridge();
   GptqRecovery rec;
   rec.specs = ro.specs;
   Comm& comm = world();
@@ -193,12 +198,13 @@ Result<GptqSetup> make_gptq(const GptqArgs& a, const ConvertJob& job, const Conv
     std::fprintf(stderr, "tq convert: gptq calibration rows over %d ranks (blocks of %lld rows)\n",
                  world().size(), static_cast<long long>(d.hessian_row_block));
   const ModelSource* src = &job.source;
-  std::string embed_name = "model.embed_tokens.weight";
-  for (const TensorKind& k : table_for(src->config))
-    if (k.role == TensorRole::kEmbed) embed_name = tensor_name(k, -1);
-  auto load_embedding = [src, embed_name]() { return src->tensors->load_f32(embed_name); };
-  TQ_TRY(s.quantizer, GptqQuantizer::create(job.plan.config, calib, std::move(d), load_embedding,
-                                            o.record_timings));
+  auto load_source = [src](TensorRole role) -> Result<FloatTensor> {
+    for (const TensorKind& k : table_for(src->config))
+      if (k.role == role) return src->tensors->load_f32(tensor_name(k, -1));
+    return err("gptq: the source's tensor table has no {}", tensor_role_name(role));
+  };
+  TQ_TRY(s.quantizer, GptqQuantizer::create(job.plan.config, calib, std::move(d), load_source,
+                                            o.record_timings, a.tied_head_ridge()));
   return s;
 }
 

@@ -85,6 +85,7 @@ nlohmann::json options_record(const ConvertArgs& a) {
   if (!a.sensitivity.empty()) o["sensitivity"] = a.sensitivity;
   if (a.allow_over) o["allow_over"] = true;
   if (!a.gptq.recovery.empty()) o["gptq_recovery"] = a.gptq.recovery;
+  if (a.gptq.tied_head >= 0.0) o["gptq_tied_head"] = a.gptq.tied_head;
   return o;
 }
 
@@ -171,6 +172,7 @@ Result<ConvertArgs> apply_preset(ConvertArgs a) {
   a.gptq.enabled = true;
   if (a.grid.empty()) a.grid = "search";
   if (a.gptq.refit.empty()) a.gptq.refit = "on";
+  if (a.gptq.tied_head < 0.0) a.gptq.tied_head = 0.1;  // ignored by an untied head
   if (a.r1.empty()) {
     TQ_TRY(ModelSource src, open_model(a.src));
     a.r1 = src.config.tie_word_embeddings ? "none" : "hadamard";
@@ -211,6 +213,8 @@ Status run_convert_verb(const ConvertArgs& args) {
     return err("--grid-refit refits grids after GPTQ; add --gptq");
   if (!a.gptq.recovery.empty() && !(a.gptq.enabled && (a.target_bpw || !a.target_size.empty())))
     return err("--gptq-recovery corrects an allocation for GPTQ; add --gptq and a target");
+  if (a.gptq.tied_head >= 0.0 && !a.gptq.enabled)
+    return err("--gptq-tied-head quantizes a tied embedding by GPTQ; add --gptq");
   if (!a.dry_run && a.out.empty()) return err("-o/--output DST is required (or --dry-run)");
   // --no-quantize: every module float (the folded float model: the rotation parity instrument).
   if (a.no_quantize) o.plan.keep_float = {"*"};

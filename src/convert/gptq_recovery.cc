@@ -11,6 +11,7 @@
 
 #include "quant/gptq_driver.h"
 #include "quant/gptq_quantizer.h"
+#include "quant/hessian.h"
 
 namespace tq {
 
@@ -190,8 +191,16 @@ Result<GptqRecovery> measure_gptq_recovery(ConvertJob& job, const CalibSet& cali
     if (k.role == TensorRole::kLmHead) names.head = tensor_name(k, -1);
     if (k.role == TensorRole::kNormFinal) names.norm = tensor_name(k, -1);
   }
-  for (const PlanEntry& e : job.plan.entries)
+  TensorRole head_role = TensorRole::kLmHead;
+  for (const PlanEntry& e : job.plan.entries) {
     if (e.kind->role == TensorRole::kLmHead && e.spec) head_quantized = true;
+    if (e.kind->role == TensorRole::kEmbed && e.spec && cfg.tie_word_embeddings &&
+        o.tied_head_ridge > 0.0) {
+      head_quantized = true;
+      head_role = TensorRole::kEmbed;
+      names.head = names.embed;
+    }
+  }
   TQ_TRY(std::unique_ptr<GptqDriver> driver, GptqDriver::create(cfg, few, std::move(d)));
   const std::set<int64_t> sampled(rec.layers.begin(), rec.layers.end());
   RecoveryPass pass(
@@ -203,9 +212,13 @@ Result<GptqRecovery> measure_gptq_recovery(ConvertJob& job, const CalibSet& cali
                             now_s() - t0));
       },
       [&](const FloatTensor& head, std::span<const double> h) -> Status {
-        TQ_CHECK_OK(sample(TensorRole::kLmHead, head, h));
+        std::vector<double> hr(h.begin(), h.end());
+        if (head_role == TensorRole::kEmbed) add_ridge(hr, head.shape[1], o.tied_head_ridge);
+        TQ_CHECK_OK(sample(head_role, head, hr));
         if (o.log)
-          o.log(fmt::format("lm_head sampled, {} rows ({:.0f} s)", head.shape[0], now_s() - t0));
+          o.log(fmt::format("{} sampled, {} rows ({:.0f} s)",
+                            head_role == TensorRole::kEmbed ? "tied head" : "lm_head",
+                            head.shape[0], now_s() - t0));
         return ok_status();
       });
   ConvertOptions co;

@@ -45,7 +45,10 @@ struct GptqRecoveryOptions {
   std::vector<QuantSpec> specs;  // usually the table's network specs
   int64_t rows = 32;             // the calibration set's first rows
   int sample_layers = 6;
-  int64_t head_rows = 4096;                     // an untied head's rows sampled (evenly spaced)
+  int64_t head_rows = 4096;  // an untied head's rows sampled (evenly spaced)
+  // > 0: a tied, quantized embedding goes through GPTQ as the head (GptqQuantizer's
+  // tied_head_ridge), so its rows are sampled as the head's, role kEmbed, H's diagonal raised.
+  double tied_head_ridge = 0.0;
   std::function<void(const std::string&)> log;  // one line per sampled layer
 };
 

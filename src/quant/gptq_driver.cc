@@ -398,10 +398,11 @@ Result<std::vector<double>> GptqDriver::head_hessian(std::span<const float> norm
 
 Result<GptqModule> GptqDriver::quantize_head(const std::string& weight_name, const FloatTensor& w,
                                              std::span<const float> norm_weight,
-                                             const QuantSpec& spec, DType dtype) {
+                                             const QuantSpec& spec, DType dtype, double ridge) {
   layer_t0_ = now_s();
   TQ_TRY(std::vector<double> h, head_hessian(norm_weight));
   if (!root()) return GptqModule{};
+  add_ridge(h, w.shape[1], ridge);
   std::vector<float> unused;
   TQ_TRY(GptqModule m,
          quantize_module(cfg_.num_hidden_layers - 1, weight_name, w, spec, dtype, h, &unused));

@@ -98,11 +98,12 @@ class GptqDriver {
   // The head's input Hessian: final_norm(x)·norm_weight over the activations after the last
   // layer. Every rank calls it; rank 0 gets H (the others an empty vector).
   Result<std::vector<double>> head_hessian(std::span<const float> norm_weight);
-  // GPTQ of an untied head against that Hessian, once every layer is done (every rank calls
-  // it; rank 0 gets the module, the others an empty one).
+  // GPTQ of the head against that Hessian, once every layer is done (every rank calls it;
+  // rank 0 gets the module, the others an empty one). ridge > 0 adds ridge·mean(diag H) to
+  // the diagonal: a tied head is also the embedding, whose lookup error is weight error.
   Result<GptqModule> quantize_head(const std::string& weight_name, const FloatTensor& w,
                                    std::span<const float> norm_weight, const QuantSpec& spec,
-                                   DType dtype);
+                                   DType dtype, double ridge = 0.0);
 
   int64_t next_layer() const { return next_layer_; }
   int64_t resumed_layers() const { return resumed_layers_; }

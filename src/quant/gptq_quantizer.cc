@@ -1,5 +1,7 @@
 #include "quant/gptq_quantizer.h"
 
+#include <cmath>
+
 #include "formats/mlx_float.h"
 #include "model/tensor_table.h"
 
@@ -36,7 +38,10 @@ FloatTensor as_stored(const FloatTensor& t, DType dtype) {
 
 Result<std::unique_ptr<GptqQuantizer>> GptqQuantizer::create(
     const ModelConfig& cfg, const CalibSet& calib, GptqDriverOptions options,
-    std::function<Result<FloatTensor>()> load_embedding, bool record_timings) {
+    std::function<Result<FloatTensor>(TensorRole)> load_source, bool record_timings,
+    double tied_head_ridge) {
+  if (!(tied_head_ridge >= 0.0) || !std::isfinite(tied_head_ridge))
+    return err("gptq: tied-head ridge {} is not a finite number >= 0", tied_head_ridge);
   std::unique_ptr<GptqQuantizer> q(new GptqQuantizer());
   q->options_ = {{"block", options.gptq.block},
                  {"damp", options.gptq.damp},
@@ -47,7 +52,7 @@ Result<std::unique_ptr<GptqQuantizer>> GptqQuantizer::create(
                  {"refit", options.gptq.refit},
                  {"hessian", options.hessian == HessianPrecision::kF64 ? "f64" : "f32-batch"}};
   q->calib_record_ = calib.info();
-  q->load_embedding_ = std::move(load_embedding);
+  q->load_source_ = std::move(load_source);
   q->record_timings_ = record_timings;
   for (const TensorKind& k : family_table(cfg.family)) {
     if (k.role == TensorRole::kEmbed) q->embed_name_ = tensor_name(k, -1);
@@ -55,6 +60,7 @@ Result<std::unique_ptr<GptqQuantizer>> GptqQuantizer::create(
     if (k.role == TensorRole::kNormFinal) q->norm_name_ = tensor_name(k, -1);
   }
   q->layers_ = cfg.num_hidden_layers;
+  if (cfg.tie_word_embeddings) q->tied_ridge_ = tied_head_ridge;
   q->grid_ = options.gptq.grid;
   TQ_TRY(q->driver_, GptqDriver::create(cfg, calib, std::move(options)));
   return q;
@@ -70,7 +76,9 @@ Result<std::vector<QuantizedModule>> GptqQuantizer::quantize(
       auto it = tensors.find(name);
       if (it == tensors.end()) return err("globals: no tensor '{}' to quantize", name);
       const FloatTensor w = as_stored(it->second, dtype);
-      if (name == head_name_) {  // GPTQ once the layers are done: now, or after the last one
+      const bool tied_head = name == embed_name_ && tied_ridge_ > 0.0;
+      if (name == head_name_ && !tied_head) {  // GPTQ once the layers are done: now or later
+        deferred_name_ = name;
         head_ = w;
         head_spec_ = spec;
         head_dtype_ = dtype;
@@ -82,6 +90,14 @@ Result<std::vector<QuantizedModule>> GptqQuantizer::quantize(
       if (name == embed_name_ && !embedding_set_) {
         TQ_CHECK_OK(driver_->set_embedding(FloatTensor{w.shape, std::move(r.dequantized)}));
         embedding_set_ = true;
+      }
+      if (tied_head) {  // RTN feeds layer 0; the written codes come from the head's GPTQ
+        deferred_name_ = name;
+        head_ = w;
+        head_spec_ = spec;
+        head_dtype_ = dtype;
+        if (driver_->next_layer() == layers_) TQ_CHECK_OK(quantize_head(&out));
+        continue;
       }
       QuantizedModule m;
       m.name = name.substr(0, name.rfind('.'));
@@ -102,8 +118,8 @@ Result<std::vector<QuantizedModule>> GptqQuantizer::quantize(
     return out;
   }
   if (!embedding_set_ && driver_->next_layer() == 0) {
-    if (!load_embedding_) return err("gptq: layer {} before the embedding was seen", layer);
-    TQ_TRY(FloatTensor e, load_embedding_());
+    if (!load_source_) return err("gptq: layer {} before the embedding was seen", layer);
+    TQ_TRY(FloatTensor e, load_source_(TensorRole::kEmbed));
     TQ_CHECK_OK(driver_->set_embedding(as_stored(e, dtype)));
     embedding_set_ = true;
   }
@@ -116,9 +132,15 @@ Result<std::vector<QuantizedModule>> GptqQuantizer::quantize(
 }
 
 Status GptqQuantizer::quantize_head(std::vector<QuantizedModule>* out) {
+  if (final_norm_.empty() && load_source_) {  // untransformed: the source's norm is the one
+    TQ_TRY(FloatTensor n, load_source_(TensorRole::kNormFinal));
+    final_norm_ = std::move(n.data);
+  }
   if (final_norm_.empty()) return err("gptq: the head came before the final norm '{}'", norm_name_);
-  TQ_TRY(GptqModule g,
-         driver_->quantize_head(head_name_, *head_, final_norm_, head_spec_, head_dtype_));
+  const double ridge = deferred_name_ == head_name_ ? 0.0 : tied_ridge_;
+  TQ_TRY(GptqModule g, driver_->quantize_head(deferred_name_, *head_, final_norm_, head_spec_,
+                                              head_dtype_, ridge));
+  if (ridge > 0.0) g.info["tied_ridge"] = ridge;
   head_.reset();
   if (!g.name.empty()) out->push_back(from_gptq(std::move(g), record_timings_));  // rank 0's
   return ok_status();

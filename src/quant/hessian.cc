@@ -124,4 +124,12 @@ Result<std::vector<double>> BlockedHessian::hessian() {
   return total_.hessian();
 }
 
+void add_ridge(std::vector<double>& h, int64_t cols, double ridge) {
+  if (!(ridge > 0.0) || cols <= 0) return;
+  double mean = 0.0;
+  for (int64_t i = 0; i < cols; ++i) mean += h[static_cast<size_t>(i * cols + i)];
+  mean /= static_cast<double>(cols);
+  for (int64_t i = 0; i < cols; ++i) h[static_cast<size_t>(i * cols + i)] += ridge * mean;
+}
+
 }  // namespace tq

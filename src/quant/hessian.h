@@ -82,4 +82,8 @@ class BlockedHessian {
   int64_t next_block_ = 0;  // rank 0: blocks below this are in the total
 };
 
+// Adds ridge·mean(diag h) to h's diagonal (h [cols, cols]): a penalty on plain weight error
+// beside the output error, as for a tied head that is also the embedding (GptqQuantizer).
+void add_ridge(std::vector<double>& h, int64_t cols, double ridge);
+
 }  // namespace tq

@@ -38,6 +38,16 @@ def convert(tq_bin, src, dst, calib, *extra, wait=True):
     return err
 
 
+def raw_tensors(path):
+    """name -> (dtype, shape, bytes) of a safetensors file (bf16 included)."""
+    data = path.read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in header.items()}
+
+
 def files(d):
     return {p.name: p.read_bytes() for p in sorted(d.iterdir())}
 
@@ -139,7 +149,8 @@ def test_preset_best_composes_allocation_rotation_and_gptq(tq_bin, model, tmp_pa
     outs = {}
     for name, flags in [("preset", ["--preset", "best"]),
                         ("explicit", ["--rotate-weights", "--r1", "none", "--gptq", "--grid",
-                                      "search", "--grid-refit", "on"])]:
+                                      "search", "--grid-refit", "on", "--gptq-tied-head",
+                                      "0.1"])]:
         out = tmp_path / name
         cmd = [tq_bin, "convert", str(src), "-o", str(out), "--target-bpw", "3.6", "--sensitivity",
                str(table), *flags, *[a for c in calib for a in ("--calib", str(c))],
@@ -163,6 +174,39 @@ def test_preset_best_composes_allocation_rotation_and_gptq(tq_bin, model, tmp_pa
     assert json.loads((outs["preset"] / "config.json").read_text())["tie_word_embeddings"]
     factors = alloc["gptq_recovery"]["factor"]
     assert {"attn_q", "attn_o", "mlp_down"} <= set(factors) and "lm_head" not in factors
+    # The tied embedding is written by the head's GPTQ, its recovery measured as the head's.
+    assert meta["module_info"]["model.embed_tokens"]["method"] == "gptq"
+    assert "embed" in factors
     assert all(0 < f < 1 for by_spec in factors.values() for f in by_spec.values()), factors
     strip = lambda d: {k: v for k, v in files(d).items() if k != "tq_metadata.json"}  # noqa: E731
     assert strip(outs["preset"]) == strip(outs["explicit"])
+
+
+def test_tied_head_by_gptq(tq_bin, model, tmp_path):
+    """--gptq-tied-head R: a tied embedding is written by GPTQ on the head's input (its Hessian's
+    diagonal raised by R·mean) and stays tied; layer 0 still reads the RTN embedding, so every
+    other tensor equals the run without it; stock mlx-lm loads it with the predicted bpw."""
+    src, calib = model
+    plain, tied = tmp_path / "plain", tmp_path / "tied"
+    convert(tq_bin, src, plain, calib)
+    convert(tq_bin, src, tied, calib, "--gptq-tied-head", "0.1")
+    meta = json.loads((tied / "tq_metadata.json").read_text())
+    emb = meta["module_info"]["model.embed_tokens"]
+    assert emb["method"] == "gptq" and emb["tied_ridge"] == 0.1, emb
+    assert emb["proxy_loss"] < emb["rtn_loss"], emb
+    assert json.loads((plain / "tq_metadata.json").read_text())["module_info"][
+        "model.embed_tokens"]["method"] == "rtn"
+    assert json.loads((tied / "config.json").read_text())["tie_word_embeddings"]
+    a, b = raw_tensors(plain / "model.safetensors"), raw_tensors(tied / "model.safetensors")
+    assert a.keys() == b.keys() and not any(k.startswith("lm_head") for k in b)
+    differ = {k for k in a if a[k] != b[k]}
+    assert differ and differ <= {f"model.embed_tokens.{t}" for t in ("weight", "scales", "biases")}
+    r = subprocess.run([tq_bin, "convert", str(src), "-o", str(tmp_path / "bad"), "--bits", "4",
+                        "--gptq", "--gptq-tied-head", "-1"], capture_output=True, text=True)
+    assert r.returncode != 0 and "--gptq-tied-head" in r.stderr, r.stderr
+    mlx_lm = pytest.importorskip("mlx_lm")
+    from mlx_lm.utils import compute_bits_per_weight, load
+
+    loaded, _ = load(str(tied))
+    assert compute_bits_per_weight(loaded) == pytest.approx(meta["size"]["bpw"], rel=1e-12)
+    del mlx_lm

@@ -122,7 +122,7 @@ TEST(GatedDelta, BlasSolveMatchesTheScalarSolveOverHeadRanges) {
   gated_delta_chunks(d, in.qkv.data(), in.b.data(), in.a.data(), in.a_log.data(), in.dt_bias.data(),
                      s_ref.data(), in.n, y_ref.data(), 32, 0, d.hv, false);
   std::vector<float> s(d.state_size(), 0.0f), y(in.n * d.value_dim());
-  for (const auto [h0, h1] : {std::pair<int64_t, int64_t>{0, 1}, {1, 4}})
+  for (const auto& [h0, h1] : {std::pair<int64_t, int64_t>{0, 1}, {1, 4}})
     gated_delta_chunks(d, in.qkv.data(), in.b.data(), in.a.data(), in.a_log.data(),
                        in.dt_bias.data(), s.data(), in.n, y.data(), 32, h0, h1);
   float my = 0, ms = 0;

@@ -71,5 +71,13 @@ TEST(Comm, RanksSplitItemsContiguously) {
   EXPECT_EQ(BlockedHessian::owner(16, 16, 2), 1);
 }
 
+TEST(AddRidge, RaisesOnlyTheDiagonalByTheFractionOfItsMean) {
+  std::vector<double> h = {2, 1, 0, 1, 4, -1, 0, -1, 6};  // mean diag 4
+  add_ridge(h, 3, 0.5);
+  EXPECT_EQ(h, (std::vector<double>{4, 1, 0, 1, 6, -1, 0, -1, 8}));
+  add_ridge(h, 3, 0.0);  // no ridge: unchanged
+  EXPECT_EQ(h, (std::vector<double>{4, 1, 0, 1, 6, -1, 0, -1, 8}));
+}
+
 }  // namespace
 }  // namespace tq
