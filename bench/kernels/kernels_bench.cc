@@ -181,6 +181,34 @@ void BM_AttendRows(benchmark::State& st) {
 }
 BENCHMARK(BM_AttendRows)->ArgNames({"len", "rows"})->Args({3000, 1})->Args({3000, 3});
 
+// The same token over a whole model's caches, as a server step meets them: `layers` layers of 3
+// KV heads (SmolLM2: 30, 3 MB a layer at 4000 positions), each read once an iteration, so the
+// keys and values come from the last-level cache or memory, not from L2.
+void BM_AttendRowsCold(benchmark::State& st) {
+  const int64_t len = st.range(0), layers = st.range(1), hd = 64, g = 3, n_kv = 3;
+  const int64_t ks = (len + 15) / 16 * 16, vld = n_kv * hd;
+  const std::vector<float> q = make_x(n_kv * g, hd);
+  std::vector<std::vector<uint16_t>> kt(static_cast<size_t>(layers)), v(kt.size());
+  for (int64_t l = 0; l < layers; ++l) {
+    const std::vector<float> k32 = make_x(n_kv * hd, ks), v32 = make_x(len, vld);
+    kt[l].resize(k32.size()), v[l].resize(v32.size());
+    f32_to_f16_n(k32.data(), static_cast<int64_t>(k32.size()), kt[l].data());
+    f32_to_f16_n(v32.data(), static_cast<int64_t>(v32.size()), v[l].data());
+  }
+  std::vector<float> scores(static_cast<size_t>(4 * (len + 24))), out(static_cast<size_t>(g * hd));
+  const int64_t lens[4] = {len, len, len, len};
+  for (auto _ : st) {
+    for (int64_t l = 0; l < layers; ++l)
+      for (int64_t h = 0; h < n_kv; ++h)
+        attend_rows(q.data() + h * g * hd, g, hd, lens, kt[l].data() + h * hd * ks,
+                    v[l].data() + h * hd, vld, hd, 0.125f, scores.data(), out.data(), hd);
+    benchmark::DoNotOptimize(out.data());
+  }
+  st.SetItemsProcessed(st.iterations() * layers * n_kv * g * len);
+  st.SetBytesProcessed(st.iterations() * layers * 2 * len * vld * 2);
+}
+BENCHMARK(BM_AttendRowsCold)->ArgNames({"len", "layers"})->Args({4000, 1})->Args({4000, 30});
+
 BENCHMARK(BM_AttendDecode)
     ->Args({128, 64, 0})
     ->Args({128, 64, 1})

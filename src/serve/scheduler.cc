@@ -43,7 +43,8 @@ Scheduler::Scheduler(const Transformer& model, const Tokenizer& tok, SchedulerOp
       tok_(tok),
       o_(o),
       m_(m),
-      max_running_(o.batch > 0 ? std::min(o.batch, o.max_seqs) : o.max_seqs) {
+      max_running_(o.batch > 0 ? std::min(o.batch, o.max_seqs) : o.max_seqs),
+      cap_(o.max_itl_factor, o.step_tokens) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -210,9 +211,9 @@ void Scheduler::step(std::vector<std::unique_ptr<Seq>>& running) {
     budget -= static_cast<int64_t>(rows);
   }
   const int64_t decode_rows = o_.step_tokens - budget;
-  int64_t allowance = prefill_allowance(decode_rows), prefill_tokens = 0;
-  bool prefilling = false;
-  for (auto& s : running) {  // in admission order
+  int64_t allowance = cap_.allowance(decode_rows), prefill_tokens = 0;
+  bool prefilling = false, capped = true;  // capped: no prompt token came in a burst
+  for (auto& s : running) {                // in admission order
     if (s->decoding()) continue;
     const bool burst = s->prefilled < s->burst_end;
     if (!burst && allowance < 1) continue;
@@ -225,6 +226,7 @@ void Scheduler::step(std::vector<std::unique_ptr<Seq>>& running) {
     const int64_t n = end - s->prefilled;
     if (prefilling && n > budget) break;
     allowance = std::max<int64_t>(0, allowance - n);
+    capped = capped && !burst;
     prefill_tokens += n;
     s->chunk = n;
     steps.push_back(
@@ -239,7 +241,9 @@ void Scheduler::step(std::vector<std::unique_ptr<Seq>>& running) {
   const auto t0 = Clock::now();
   Status st = model_.forward_batch(steps);
   const double step_s = std::chrono::duration<double>(Clock::now() - t0).count();
-  record_step(decode_rows, prefill_tokens, step_s);
+  cap_.record(decode_rows, prefill_tokens, step_s, capped);
+  if (prefill_tokens > 0 && decode_rows > 0)
+    m_.prefill_allowance = std::min(cap_.allowance(decode_rows), o_.step_tokens);
   ++m_.steps;
   for (const auto& x : steps) m_.step_rows += static_cast<int64_t>(x.tokens.size());
   if (!st.ok()) {
@@ -308,32 +312,6 @@ void Scheduler::take_checked_rows(Seq& s, double step_s) {
   s.spec->record(proposed, accepted, taken, step_s);
   if (proposed > 0) ++m_.spec_checks;
   m_.spec_proposed += proposed, m_.spec_accepted += accepted;
-}
-
-int64_t Scheduler::prefill_allowance(int64_t decode_rows) const {
-  constexpr int64_t kAll = std::numeric_limits<int64_t>::max();
-  if (o_.max_itl_factor <= 0 || decode_rows == 0 || prefill_token_s_ <= 0 || decode_row_s_ <= 0)
-    return kAll;
-  const double room = (o_.max_itl_factor - 1.0) * decode_row_s_ * static_cast<double>(decode_rows);
-  return std::max<int64_t>(1, static_cast<int64_t>((room - prefill_fixed_s_) / prefill_token_s_));
-}
-
-void Scheduler::record_step(int64_t decode_rows, int64_t prefill_tokens, double step_s) {
-  // Exponential averages over the last several steps: the costs drift with context length and
-  // with whatever else runs on the machine.
-  auto fold = [](double& avg, double v) { avg = avg > 0 ? 0.8 * avg + 0.2 * v : v; };
-  if (prefill_tokens == 0) {
-    if (decode_rows > 0) fold(decode_row_s_, step_s / static_cast<double>(decode_rows));
-    return;
-  }
-  // What the decode rows of a mixed step cost, by the decode estimate; the rest is prefill's.
-  const double rest = step_s - decode_row_s_ * static_cast<double>(decode_rows);
-  if (prefill_tokens >= 32 || prefill_token_s_ == 0)
-    fold(prefill_token_s_, std::max(rest, 0.5 * step_s) / static_cast<double>(prefill_tokens));
-  if (decode_rows > 0 && prefill_tokens < 32)
-    fold(prefill_fixed_s_,
-         std::max(0.0, rest - prefill_token_s_ * static_cast<double>(prefill_tokens)));
-  m_.prefill_allowance = std::min(prefill_allowance(decode_rows), o_.step_tokens);
 }
 
 int64_t Scheduler::cache_room() const {

@@ -28,6 +28,7 @@
 #include "model/speculate.h"
 #include "serve/job.h"
 #include "serve/metrics.h"
+#include "serve/prefill_cap.h"
 #include "serve/prompt_cache.h"
 #include "text/tokenizer.h"
 
@@ -85,10 +86,6 @@ class Scheduler {
   void reuse_cached(Seq& s);   // at admission: the prompt's cached blocks into its cache
   void store_cached(Seq& s);   // at the end of its prefill: its full prompt blocks into the cache
   int64_t cache_room() const;  // blocks the prompt cache may hold now
-  // Prefill tokens a step with `decode_rows` decode rows may carry (max_itl_factor), and the
-  // step's measured time folded into the estimates it uses.
-  int64_t prefill_allowance(int64_t decode_rows) const;
-  void record_step(int64_t decode_rows, int64_t prefill_tokens, double step_s);
   static GenerationOptions choice_options(const Job& j, int choice);
 
   const Transformer& model_;
@@ -106,11 +103,7 @@ class Scheduler {
   bool stop_ = false;
   std::thread thread_;
   std::vector<float> scratch_;  // raw logits for log-probabilities
-  // Running estimates (scheduler thread), 0 until measured: a decode-only step's seconds per
-  // decode row; a prefill token's seconds (from steps of 32+ prompt tokens); the fixed seconds
-  // a prefill chunk adds to a step beside decode rows (unpacking codes for the batch kernels,
-  // its attention call), whatever its length.
-  double decode_row_s_ = 0.0, prefill_token_s_ = 0.0, prefill_fixed_s_ = 0.0;
+  PrefillCap cap_;              // scheduler thread
 };
 
 }  // namespace tq::serve
