@@ -518,7 +518,7 @@ TEST_P(TinyForward, ChunkingAndCopiedBlocksGiveColdBits) {
           *src,
           RuntimeOptions{.threads = 2, .kv_cache = kv, .prepack = pp, .batch_invariant = true});
       ASSERT_TRUE(t.ok()) << t.error().message;
-      const int64_t V = (*t)->config().vocab_size, len = 150;
+      const int64_t V = (*t)->config().vocab_size, len = 600;
       std::vector<int32_t> prompt(len);
       for (int64_t i = 0; i < len; ++i) prompt[i] = static_cast<int32_t>((i * 37 + 11) % V);
       // A sequence decoding beside some steps (its own cache), as in tq serve.
@@ -541,8 +541,8 @@ TEST_P(TinyForward, ChunkingAndCopiedBlocksGiveColdBits) {
         }
       };
       std::vector<float> cold(V), got(V);
-      KvCache ref = (*t)->new_cache(200);
-      prefill(ref, {128, len}, cold);  // as tq serve cuts it cold: multiples of 128
+      KvCache ref = (*t)->new_cache(len + 50);
+      prefill(ref, {128, 256, 384, 512, len}, cold);  // as tq serve cuts it cold: multiples of 128
       auto shape = kv_block_shape(ref, (*t)->config());
       ASSERT_TRUE(shape.ok()) << shape.error().message;
       auto block = [&](const KvCache& c, int64_t b) {
@@ -551,9 +551,9 @@ TEST_P(TinyForward, ChunkingAndCopiedBlocksGiveColdBits) {
         return bytes;
       };
       for (const std::vector<int64_t>& ends :  // other chunk lengths, down to one token
-           {std::vector<int64_t>{16, 48, 128, 140, len},
+           {std::vector<int64_t>{16, 48, 128, 140, 511, 513, 530, len},
             std::vector<int64_t>{1, 2, 5, 16, 17, 19, 48, 50, 126, 127, 128, 130, 140, 148, 149,
-                                 len}}) {
+                                 509, 510, 511, 512, 513, 514, 520, 599, len}}) {
         KvCache c = (*t)->new_cache(len);
         prefill(c, ends, got);
         EXPECT_EQ(cold, got);
@@ -563,7 +563,7 @@ TEST_P(TinyForward, ChunkingAndCopiedBlocksGiveColdBits) {
       // Blocks copied into a cache of another capacity, then the prefill continued.
       for (const int64_t blocks : {int64_t{1}, int64_t{7}, int64_t{8}}) {
         SCOPED_TRACE(std::to_string(blocks) + " cached blocks");
-        KvCache c = (*t)->new_cache(333);
+        KvCache c = (*t)->new_cache(len + 33);
         for (int64_t b = 0; b < blocks; ++b) kv_block_write(c, *shape, b, block(ref, b));
         c.n = blocks * 16;
         std::vector<int64_t> ends;
