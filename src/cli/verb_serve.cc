@@ -62,8 +62,8 @@ const bool kRegistered = register_verb(
                       "at most this many decode steps' time (0: off)")
            ->capture_default_str();
        app.add_option("--prefill-burst", o->scheduler.prefill_burst,
-                      "the first N prompt tokens of each request go in whole chunks whatever "
-                      "--max-itl-factor (0: every chunk capped)")
+                      "a prompt of at most N tokens (past its cached prefix) goes in whole chunks "
+                      "whatever --max-itl-factor; a longer one is capped (0: every chunk capped)")
            ->capture_default_str();
        app.add_option("--api-key", o->api_key,
                       "require 'Authorization: Bearer KEY' (except /health)")

@@ -165,7 +165,9 @@ void Scheduler::run() {
         m_.prompt_tokens += len;
         m_.kv_bytes += s->cache.bytes();
         if (o_.prompt_cache != nullptr) reuse_cached(*s);
-        s->burst_end = s->prefilled + o_.prefill_burst;
+        // A prompt of at most prefill_burst tokens past its cached prefix goes in whole chunks;
+        // a longer one (a document) yields to the running streams from its first token.
+        s->burst_end = len - s->prefilled <= o_.prefill_burst ? len : s->prefilled;
         running.push_back(std::move(s));
       }
       running_count_ = static_cast<int64_t>(running.size());

@@ -48,8 +48,8 @@ struct SchedulerOptions {
   // While sequences decode, a step's prefill tokens are capped so that the step takes at most
   // this many times a decode-only step (measured); 0: whole chunks within step_tokens.
   double max_itl_factor = 2.0;
-  // The first this many prompt tokens of each request (past its cached prefix) go in whole
-  // chunks whatever the cap: a short prompt's first token is not held to the streams' pace.
+  // A prompt of at most this many tokens (past its cached prefix) goes in whole chunks whatever
+  // the cap: a chat turn's first token is not held to the streams' pace; a longer one is capped.
   int64_t prefill_burst = 512;
   bool log = true;  // one line per finished request on stderr
   // Speculative decoding: each sequence's proposer (null: none). Decode rows then carry their

@@ -729,11 +729,12 @@ def test_memory_budget_admission(tq_bin, smollm2_gguf):
 
 
 def test_capped_prefill_beside_a_decoding_stream_gives_the_same_tokens(tq_bin, smollm2_gguf):
-    """--max-itl-factor 1 (the tightest cap): a prompt admitted while another stream decodes is
-    prefilled one token a step beside it, and its greedy tokens equal those of a lone run (no
-    prompt cache, which would hand it the lone run's blocks)."""
+    """--max-itl-factor 1 (the tightest cap): a prompt longer than --prefill-burst admitted while
+    another stream decodes is prefilled one token a step beside it from its first token, and its
+    greedy tokens equal those of a lone run (no prompt cache, which would hand it the lone run's
+    blocks)."""
     s = Server(tq_bin, smollm2_gguf, "--threads", "2", "--ctx", str(CTX), "--max-seqs", "2",
-               "--max-itl-factor", "1", "--prefill-burst", "0", "--no-prompt-cache")
+               "--max-itl-factor", "1", "--prefill-burst", "64", "--no-prompt-cache")
     try:
         c = client(s)
         mid = model_id(s)
@@ -745,12 +746,16 @@ def test_capped_prefill_beside_a_decoding_stream_gives_the_same_tokens(tq_bin, s
         with cf.ThreadPoolExecutor(1) as ex:
             f = ex.submit(stream_beside, c, mid, decoding, 400)
             assert decoding.wait(60)
-            beside = c.completions.create(model=mid, prompt=prompt, max_tokens=16,
-                                          temperature=0).choices[0].text
+            before = s.metrics()["tq_steps_total"]
+            r = c.completions.create(model=mid, prompt=prompt, max_tokens=16, temperature=0)
+            steps = s.metrics()["tq_steps_total"] - before
             capped = s.metrics()["tq_prefill_allowance_tokens"]
             f.result()
-        assert beside == alone
+        assert r.choices[0].text == alone
         assert capped == 1, capped  # its last prefill step carried one token beside the stream
+        # Longer than the burst: no whole chunks, one prompt token a step from the first.
+        assert r.usage.prompt_tokens > 64
+        assert steps >= r.usage.prompt_tokens, (steps, r.usage.prompt_tokens)
     finally:
         assert s.stop() == 0, "".join(s.log)
 
