@@ -552,8 +552,8 @@ TEST_P(TinyForward, ChunkingAndCopiedBlocksGiveColdBits) {
       };
       for (const std::vector<int64_t>& ends :  // other chunk lengths, down to one token
            {std::vector<int64_t>{16, 48, 128, 140, 511, 513, 530, len},
-            std::vector<int64_t>{1, 2, 5, 16, 17, 19, 48, 50, 126, 127, 128, 130, 140, 148, 149,
-                                 509, 510, 511, 512, 513, 514, 520, 599, len}}) {
+            std::vector<int64_t>{1,   2,   5,   16,  17,  19,  48,  50,  126, 127, 128, 130,
+                                 140, 148, 149, 509, 510, 511, 512, 513, 514, 520, 599, len}}) {
         KvCache c = (*t)->new_cache(len);
         prefill(c, ends, got);
         EXPECT_EQ(cold, got);
