@@ -7,14 +7,15 @@ namespace tq::serve {
 
 int64_t PrefillCap::allowance(int64_t decode_rows) const {
   if (factor_ <= 0 || decode_rows == 0 || decode_row_s_ <= 0) return max_;
-  return measured_ ? cap_ : 1;  // the first capped step is measured at one token
+  return cap_;
 }
 
 void PrefillCap::record(int64_t decode_rows, int64_t prompt_tokens, double step_s, bool capped) {
   if (prompt_tokens == 0) {
+    if (decode_rows == 0) return;
     // A running average: the cost drifts with the rows' context and whatever else runs.
-    const double v = step_s / static_cast<double>(std::max<int64_t>(decode_rows, 1));
-    if (decode_rows > 0) decode_row_s_ = decode_row_s_ > 0 ? 0.8 * decode_row_s_ + 0.2 * v : v;
+    const double v = step_s / static_cast<double>(decode_rows);
+    decode_row_s_ = decode_row_s_ > 0 ? 0.8 * decode_row_s_ + 0.2 * v : v;
     return;
   }
   if (!capped || decode_rows == 0 || decode_row_s_ <= 0 || factor_ <= 0) return;
@@ -47,7 +48,6 @@ void PrefillCap::record(int64_t decode_rows, int64_t prompt_tokens, double step_
   double next = n + std::floor((room - added) / per);
   next = std::min(next, 2 * n + 1);  // a noisy fit grows the cap by doubling at most
   cap_ = static_cast<int64_t>(std::clamp(next, 1.0, static_cast<double>(max_)));
-  measured_ = true;
 }
 
 }  // namespace tq::serve

@@ -25,8 +25,7 @@ class PrefillCap {
   double factor_;
   int64_t max_;
   double decode_row_s_ = 0.0;  // a decode-only step's seconds per row (running average)
-  int64_t cap_ = 1;            // the allowance once a capped step has been measured
-  bool measured_ = false;
+  int64_t cap_ = 1;  // the allowance beside decode rows (one token until a capped step is timed)
   // Exponentially weighted sums over capped steps of (n, cost added): w, w·n, w·n², w·c, w·n·c.
   double s0_ = 0, s1_ = 0, s2_ = 0, y0_ = 0, y1_ = 0;
 };
