@@ -78,7 +78,8 @@ inline void add_runtime_flags(CLI::App& app, RuntimeOptions* o) {
                                                 : Prepack::kOff;
          },
          "fast runtime: 2/3/4-bit codes repacked at load for the AVX-512 VNNI lanes kernel, which "
-         "then runs every batch size (auto: where the weights fit the last-level cache)")
+         "then runs every batch size (auto: where the weights fit the last-level cache; tq serve: "
+         "always)")
       ->envname("TQ_PREPACK")
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {

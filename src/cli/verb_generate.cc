@@ -129,9 +129,8 @@ Status run_generate(const GenerateOptions& o) {
   // A chat template writes its own BOS; a plain prompt gets the post-processor's (mlx-lm).
   std::vector<int32_t> prompt = tok.encode(text, /*add_special=*/!o.chat);
   if (prompt.empty()) return err("the prompt is empty after tokenization");
-  RuntimeOptions rt = o.runtime;
   // The server's arithmetic, so that blocks from tq serve and from here are the same bits.
-  if (!o.prompt_cache.empty()) rt.batch_invariant = true;
+  const RuntimeOptions rt = o.prompt_cache.empty() ? o.runtime : serve::server_runtime(o.runtime);
   TQ_TRY(auto model, Transformer::load(m, rt));
   const int64_t vocab = model->config().vocab_size;
   for (int32_t id : prompt) {

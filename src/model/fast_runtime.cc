@@ -595,10 +595,11 @@ Result<std::unique_ptr<Runtime>> load_fast_runtime(const ModelSource& src,
 
 std::string FastRuntime::name() const {
   const ActPath a = opts.activations;
-  return fmt::format("fast ({}, {} threads, {} activations)", packed_kernel_isa(), pool->size(),
+  return fmt::format("fast ({}, {} threads, {} activations{})", packed_kernel_isa(), pool->size(),
                      a == ActPath::kAuto   ? "auto"
                      : a == ActPath::kInt8 ? "int8"
-                                           : "f32");
+                                           : "f32",
+                     owned_lanes.empty() ? "" : ", prepacked");
 }
 
 namespace {

@@ -86,7 +86,7 @@ struct RuntimeOptions {
   // pack_lanes), which then takes every batch size: decode, a server's batched rows and
   // prefill chunks on one kernel and one pass over the weights. kAuto: where the weights fit
   // the last-level cache (one stream decodes faster there on the lanes, from DRAM 15-20%
-  // slower).
+  // slower); in tq serve always on (its batched steps).
   Prepack prepack = Prepack::kAuto;
   // Fast runtime: a sequence's logits do not depend on what else shares its forward_batch call
   // (a server's promise): one-token sequences take the per-token kernels and longer ones the

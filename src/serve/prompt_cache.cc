@@ -80,10 +80,17 @@ int64_t usable_cached_blocks(int64_t found, int64_t len) {
   return std::max<int64_t>(0, std::min(found, (len - 1) / kBlockTokens));
 }
 
+RuntimeOptions server_runtime(RuntimeOptions o) {
+  o.batch_invariant = true;
+  if (o.prepack == Prepack::kAuto) o.prepack = Prepack::kOn;
+  return o;
+}
+
 std::string prompt_cache_runtime(const RuntimeOptions& o) {
-  return fmt::format("isa={} act={} kv={}", packed_kernel_isa(),
+  return fmt::format("isa={} act={} kv={} prepack={}", packed_kernel_isa(),
                      o.activations == ActPath::kF32 ? "f32" : "int8",
-                     o.kv_cache == KvType::kF16 ? "f16" : "f32");
+                     o.kv_cache == KvType::kF16 ? "f16" : "f32",
+                     server_runtime(o).prepack == Prepack::kOn ? "on" : "off");
 }
 
 Result<Digest> prompt_cache_fingerprint(const std::string& model_path, const std::string& runtime) {

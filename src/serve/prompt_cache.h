@@ -59,9 +59,13 @@ Result<Digest> prompt_cache_fingerprint(const std::string& model_path, const std
 // bits at any chunking (SeqStep::prefill), so the chunk after the cached part may be any length.
 int64_t usable_cached_blocks(int64_t found, int64_t len);
 
+// The server's arithmetic, which tq generate --prompt-cache shares: batch invariant, and
+// prepacked unless `--prepack off` (its batched steps read each strip once for all rows).
+RuntimeOptions server_runtime(RuntimeOptions o);
+
 // The runtime part of the fingerprint: what decides a block's bits besides the model's files
-// (the kernels' ISA, the activation path, the KV element type); the server's arithmetic
-// (RuntimeOptions::batch_invariant) is assumed.
+// (the kernels' ISA, the activation path, the KV element type, prepacked or not); the server's
+// arithmetic (server_runtime) is assumed.
 std::string prompt_cache_runtime(const RuntimeOptions& o);
 
 class PromptCache {

@@ -97,8 +97,10 @@ class Service {
 
   Status load_model(const ModelSource& m) {
     // A request's tokens must not depend on what shares its batch (forward.h batch_invariant).
-    RuntimeOptions rt = o_.runtime;
-    rt.batch_invariant = true;
+    // Prepacked by default: a step of several rows reads each strip once for all of them
+    // (bench/README, `tq serve` at a few concurrencies), and `--batch 1` keeps the same kernels,
+    // so its tokens stay those of the batched server.
+    const RuntimeOptions rt = server_runtime(o_.runtime);
     TQ_TRY(model_, Transformer::load(m, rt));
     const auto& cfg = model_->config();
     info_.vocab = cfg.vocab_size;

@@ -282,6 +282,14 @@ def test_outputs_do_not_depend_on_neighbours_or_batch(server, serial):
     assert _greedy(server, PROMPTS, True, temperature=0.8, seed=11) == seeded
 
 
+def test_serve_prepacks_by_default(server, serial):
+    # The batched server and --batch 1 run the same (prepacked) kernels, hence the same tokens.
+    for s in (server, serial):
+        ready = next(line for line in s.log if "tq serve: ready" in line)
+        if "AVX3_DL" in ready:
+            assert "prepacked" in ready, ready
+
+
 def test_api_key_and_full_queue(serial):
     st, _, raw = _raw(serial, "POST", CH, _j())
     assert st == 401 and json.loads(raw)["error"]["code"] == "invalid_api_key"

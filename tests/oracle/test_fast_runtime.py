@@ -85,7 +85,7 @@ def test_fast_kl_equals_reference(smollm2):
 def test_int8_activations_move_ppl_less_than_0_2_percent(smollm2, which):
     f = ppl(smollm2[which], "--activations", "f32")
     q = ppl(smollm2[which], "--activations", "int8")
-    assert q["runtime"].endswith("int8 activations)"), q["runtime"]
+    assert "int8 activations" in q["runtime"], q["runtime"]
     effect = q["ppl"] / f["ppl"] - 1.0
     print(f"\n{which}: int8 activations change PPL by {effect * 100:+.4f}% "
           f"({f['ppl']:.6f} -> {q['ppl']:.6f})")
@@ -159,7 +159,7 @@ def test_int8_kernels_of_every_width_move_nll_less_than_0_2_percent(formats):
     for name in ("2bit", "3bit", "5bit", "6bit", "mxfp4", "nvfp4", "mixed_3_6"):
         f = ppl(formats[name], "--activations", "f32")
         q = ppl(formats[name], "--activations", "int8")
-        assert q["runtime"].endswith("int8 activations)"), q["runtime"]
+        assert "int8 activations" in q["runtime"], q["runtime"]
         effect = math.log(q["ppl"]) / math.log(f["ppl"]) - 1.0
         print(f"\n{name}: int8 activations change mean NLL by {effect * 100:+.4f}% "
               f"(PPL {f['ppl']:.4f} -> {q['ppl']:.4f})")

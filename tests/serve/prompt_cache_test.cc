@@ -66,6 +66,19 @@ TEST(PromptCacheChain, KeysNameTheWholePrefixOnOneModel) {
   EXPECT_EQ(a->chain(std::span(t).first(47)).size(), 2u);
 }
 
+TEST(PromptCacheFingerprint, TheServersArithmeticIsPrepackedUnlessTurnedOff) {
+  RuntimeOptions o;
+  const RuntimeOptions s = server_runtime(o);
+  EXPECT_TRUE(s.batch_invariant);
+  EXPECT_EQ(s.prepack, Prepack::kOn);
+  RuntimeOptions on = o, off = o;
+  on.prepack = Prepack::kOn, off.prepack = Prepack::kOff;
+  EXPECT_EQ(server_runtime(off).prepack, Prepack::kOff);
+  // Blocks of the default server, of --prepack on and of --prepack off: two arithmetics.
+  EXPECT_EQ(prompt_cache_runtime(o), prompt_cache_runtime(on));
+  EXPECT_NE(prompt_cache_runtime(o), prompt_cache_runtime(off));
+}
+
 TEST(PromptCacheChain, UsableBlocksLeaveATokenToCompute) {
   EXPECT_EQ(usable_cached_blocks(9, 150), 9);   // 144..149 computed
   EXPECT_EQ(usable_cached_blocks(9, 145), 9);   // 144 alone: a one-token prefill step
