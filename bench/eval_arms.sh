@@ -2,8 +2,9 @@
 # Task accuracy of the quantized arms against their source (issue 29's table): SmolLM2-135M f32
 # (the bundled GGUF imported) against 4-bit g64 RTN, `--preset best --bits 4` (rotated + GPTQ)
 # and `--preset best --target-bpw 3.5` (allocated), each paired with the source on the same
-# seeded items: the zero-shot suite (ITEMS per task) and MMLU (MMLU_ITEMS). One JSON line per
-# arm and task group in $OUT/ARM.TASKS.json; the tables are printed at the end.
+# seeded items: the zero-shot suite (ITEMS per task) and MMLU (MMLU_ITEMS). `tq eval --json` of
+# each arm and task group in $OUT/ARM.{zeroshot,mmlu}.json (kept: a rerun skips them); the table
+# is printed at the end.
 # Usage: bench/eval_arms.sh [ITEMS=300] [MMLU_ITEMS=2000]
 #   env: ARMS ("rtn4 best4 best35"), OUT ($TQ_CACHE/bench/eval-arms), SEED (0)
 set -euo pipefail
