@@ -88,7 +88,10 @@ const bool kRegistered = register_verb(
            ->capture_default_str();
        app.add_option("--modes", o->modes, "Modes: affine, mxfp4, nvfp4, mxfp8 (comma-separated)")
            ->capture_default_str();
-       app.add_option("--group-size", o->group_size, "Affine group size")->capture_default_str();
+       app.add_option("--group-size", o->group_sizes,
+                      "Affine group sizes, comma-separated (32, 64, 128): each width is measured "
+                      "at each")
+           ->capture_default_str();
        app.add_option("--scale-above", o->scale_above_bits,
                       "Affine widths above this many bits are not run through the network: "
                       "their KL is the widest measured width's times the ratio of squared "

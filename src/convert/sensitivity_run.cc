@@ -41,17 +41,19 @@ std::string default_sensitivity_calib() {
 
 namespace {
 
-Result<std::vector<int>> parse_bits(const std::string& s) {
+// "2,3,4" -> {2, 3, 4}, each in [lo, hi]; `flag` names the list in errors.
+Result<std::vector<int>> parse_int_list(const std::string& s, const char* flag, long lo, long hi) {
   std::vector<int> out;
   std::stringstream ss(s);
   std::string item;
   while (std::getline(ss, item, ',')) {
     char* end = nullptr;
     long v = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || v < 1 || v > 8) return err("--bits: bad width '{}'", item);
+    if (item.empty() || *end != '\0' || v < lo || v > hi)
+      return err("{}: bad value '{}' (expected {} to {})", flag, item, lo, hi);
     out.push_back(static_cast<int>(v));
   }
-  if (out.empty()) return err("--bits: empty list");
+  if (out.empty()) return err("{}: empty list", flag);
   return out;
 }
 
@@ -293,8 +295,9 @@ Result<SensitivityRunResult> run_sensitivity(
   auto dt = dtype_from_name(o.dtype == "bf16" ? "BF16" : o.dtype == "f16" ? "F16" : "F32");
   if (o.dtype != "bf16" && o.dtype != "f16" && o.dtype != "f32")
     return err("--dtype: expected bf16, f16 or f32, got '{}'", o.dtype);
-  TQ_TRY(std::vector<int> bits, parse_bits(o.bits));
-  TQ_TRY(std::vector<QuantSpec> specs, candidate_specs(split(o.modes), bits, o.group_size));
+  TQ_TRY(std::vector<int> bits, parse_int_list(o.bits, "--bits", 1, 8));
+  TQ_TRY(std::vector<int> groups, parse_int_list(o.group_sizes, "--group-size", 1, 4096));
+  TQ_TRY(std::vector<QuantSpec> specs, candidate_specs(split(o.modes), bits, groups));
   TQ_TRY(eval::EvalModel m, eval::open_eval_model(o.model));
   const std::string fingerprint = m.fingerprint;  // always the source's: convert checks it
   std::string folded_dir;

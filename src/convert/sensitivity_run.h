@@ -25,8 +25,8 @@ struct SensitivityRunOptions {
   std::string modes = "affine";      // comma-separated
   std::string dtype = "bf16";
   int64_t seq_len = 128, windows = 2;
-  int group_size = 64;
-  int64_t threads = 0;  // modules measured at once; 0: one per hardware thread
+  std::string group_sizes = "64";  // affine group sizes, comma-separated
+  int64_t threads = 0;             // modules measured at once; 0: one per hardware thread
   // Affine widths above this are scaled from the widest measured one (SensitivityMeter::measure);
   // 0 runs every spec through the network.
   int scale_above_bits = 4;

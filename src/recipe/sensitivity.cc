@@ -238,17 +238,19 @@ nlohmann::json alloc_plan_json(const AllocPlan& p) {
 }
 
 Result<std::vector<QuantSpec>> candidate_specs(const std::vector<std::string>& modes,
-                                               const std::vector<int>& bits, int group_size) {
+                                               const std::vector<int>& bits,
+                                               const std::vector<int>& group_sizes) {
   std::vector<QuantSpec> out;
   for (const std::string& name : modes) {
     auto mode = quant_mode_from_name(name);
     if (!mode) return err("unknown mode '{}' (affine, mxfp4, nvfp4, mxfp8)", name);
     if (*mode == QuantMode::kAffine) {
-      for (int b : bits) {
-        QuantSpec s{QuantMode::kAffine, b, group_size};
-        if (Status st = validate_quant_spec(s); !st.ok()) return st.error();
-        out.push_back(s);
-      }
+      for (int g : group_sizes)
+        for (int b : bits) {
+          QuantSpec s{QuantMode::kAffine, b, g};
+          if (Status st = validate_quant_spec(s); !st.ok()) return st.error();
+          out.push_back(s);
+        }
     } else {
       out.push_back(default_spec_for_mode(*mode));
     }

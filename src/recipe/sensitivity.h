@@ -118,9 +118,10 @@ Result<AllocPlan> allocate_from_table(const SensitivityTable& t, const AllocCons
 // "spec_counts": {"affine 4-bit g64": 120, ...}}.
 nlohmann::json alloc_plan_json(const AllocPlan& p);
 
-// "affine,mxfp4" x "2,3,4" x group -> specs: affine takes each bit width; an fp mode
-// (fixed width) is added once at its own bits and group size.
+// "affine,mxfp4" x "2,3,4" x "64,128" -> specs: affine takes each bit width at each group
+// size; an fp mode (fixed width) is added once at its own bits and group size.
 Result<std::vector<QuantSpec>> candidate_specs(const std::vector<std::string>& modes,
-                                               const std::vector<int>& bits, int group_size);
+                                               const std::vector<int>& bits,
+                                               const std::vector<int>& group_sizes);
 
 }  // namespace tq

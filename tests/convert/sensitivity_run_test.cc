@@ -46,5 +46,21 @@ TEST(SensitivityRun, EstimateScalesTheReferencePassByTheLayersEachModuleReruns) 
   EXPECT_GT(estimate_measure_seconds(*cfg, all, all, specs, 3.0), 6.0);
 }
 
+TEST(SensitivityRun, GroupSizeListIsCheckedBeforeAnyWork) {
+  SensitivityRunOptions o;
+  o.model = "/nonexistent/model";  // never opened: the lists are refused first
+  auto run = [&](const std::string& groups) {
+    o.group_sizes = groups;
+    auto r = run_sensitivity(
+        o, [](const std::string&) {}, [](const SensitivityProgress&) {});
+    EXPECT_FALSE(r.ok());
+    return r.ok() ? std::string() : r.error().message;
+  };
+  EXPECT_NE(run("64,x").find("--group-size: bad value 'x'"), std::string::npos);
+  EXPECT_NE(run("").find("--group-size: empty list"), std::string::npos);
+  EXPECT_NE(run("64,48").find("group size 48"), std::string::npos);
+  EXPECT_NE(run("32,128").find("/nonexistent/model"), std::string::npos);  // the list was fine
+}
+
 }  // namespace
 }  // namespace tq

@@ -274,13 +274,18 @@ TEST(SensitivityFile, AllocatesFromATable) {
 }
 
 TEST(SensitivityFile, CandidateSpecs) {
-  auto s = candidate_specs({"affine", "mxfp4"}, {2, 4}, 64);
+  auto s = candidate_specs({"affine", "mxfp4"}, {2, 4}, {64});
   ASSERT_TRUE(s.ok());
   ASSERT_EQ(s->size(), 3u);
   EXPECT_EQ((*s)[1], (QuantSpec{QuantMode::kAffine, 4, 64}));
   EXPECT_EQ((*s)[2], (QuantSpec{QuantMode::kMxfp4, 4, 32}));
-  EXPECT_FALSE(candidate_specs({"int4"}, {4}, 64).ok());
-  EXPECT_FALSE(candidate_specs({"affine"}, {7}, 64).ok());
+  auto g = candidate_specs({"affine"}, {3, 4}, {64, 128});
+  ASSERT_TRUE(g.ok());
+  ASSERT_EQ(g->size(), 4u);
+  EXPECT_EQ((*g)[2], (QuantSpec{QuantMode::kAffine, 3, 128}));
+  EXPECT_FALSE(candidate_specs({"int4"}, {4}, {64}).ok());
+  EXPECT_FALSE(candidate_specs({"affine"}, {7}, {64}).ok());
+  EXPECT_FALSE(candidate_specs({"affine"}, {4}, {48}).ok());
 }
 
 }  // namespace
