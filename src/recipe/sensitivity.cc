@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -249,7 +250,7 @@ Result<std::vector<QuantSpec>> candidate_specs(const std::vector<std::string>& m
         for (int b : bits) {
           QuantSpec s{QuantMode::kAffine, b, g};
           if (Status st = validate_quant_spec(s); !st.ok()) return st.error();
-          out.push_back(s);
+          if (std::find(out.begin(), out.end(), s) == out.end()) out.push_back(s);  // 4,4: once
         }
     } else {
       out.push_back(default_spec_for_mode(*mode));

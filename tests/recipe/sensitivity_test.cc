@@ -283,6 +283,9 @@ TEST(SensitivityFile, CandidateSpecs) {
   ASSERT_TRUE(g.ok());
   ASSERT_EQ(g->size(), 4u);
   EXPECT_EQ((*g)[2], (QuantSpec{QuantMode::kAffine, 3, 128}));
+  auto d = candidate_specs({"affine"}, {4, 4}, {64, 64});  // a repeated entry is measured once
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->size(), 1u);
   EXPECT_FALSE(candidate_specs({"int4"}, {4}, {64}).ok());
   EXPECT_FALSE(candidate_specs({"affine"}, {7}, {64}).ok());
   EXPECT_FALSE(candidate_specs({"affine"}, {4}, {48}).ok());
