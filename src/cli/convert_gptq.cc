@@ -62,6 +62,10 @@ void add_gptq_flags(CLI::App& app, GptqArgs* a) {
                  "a tied embedding (the head too) by GPTQ on the head's input, its Hessian's "
                  "diagonal raised by this fraction of its mean for the lookup; 0: RTN (default 0)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--gptq-asym", a->asym,
+                 "fit each matrix to the float model's output on the float model's input, not "
+                 "to its own output on the quantized model's input: on or off (default off)")
+      ->check(CLI::IsMember({"on", "off"}));
   app.add_option("--grid-refit", a->refit,
                  "after GPTQ, refit each row's scales and biases by least squares against the "
                  "Hessian: on or off (default off)")
@@ -86,6 +90,7 @@ GptqOptions gptq_options(const GptqArgs& a) {
   g.act_order = a.act_order;
   g.grid = a.grid;
   g.refit = a.refit_on();
+  g.asym = a.asym == "on";
   return g;
 }
 

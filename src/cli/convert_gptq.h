@@ -25,6 +25,7 @@ struct GptqArgs {
   GridChoice grid = GridChoice::kMinMax;  // resolved from tq convert's --grid
   std::string refit;                      // --grid-refit on|off ("": the default)
   std::string recovery;                   // --gptq-recovery on|off ("": on with a target)
+  std::string asym;                       // --gptq-asym on|off ("": off)
   double tied_head = -1.0;  // --gptq-tied-head ridge (0: RTN embedding; < 0: not given)
   double tied_head_ridge() const { return tied_head > 0.0 ? tied_head : 0.0; }
   bool refit_on() const { return refit == "on"; }

@@ -211,6 +211,8 @@ Status run_convert_verb(const ConvertArgs& args) {
     return err("--grid {}: expected minmax or search", a.grid);
   if (!a.gptq.refit.empty() && !a.gptq.enabled)
     return err("--grid-refit refits grids after GPTQ; add --gptq");
+  if (!a.gptq.asym.empty() && !a.gptq.enabled)
+    return err("--gptq-asym is a GPTQ option; add --gptq");
   if (!a.gptq.recovery.empty() && !(a.gptq.enabled && (a.target_bpw || !a.target_size.empty())))
     return err("--gptq-recovery corrects an allocation for GPTQ; add --gptq and a target");
   if (a.gptq.tied_head >= 0.0 && !a.gptq.enabled)

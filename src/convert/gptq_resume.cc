@@ -12,6 +12,7 @@ nlohmann::json gptq_options_record(const CalibOptions& calib, const GptqOptions&
   // Only when not the old default, so that earlier checkpoints keep their fingerprint.
   if (gptq.grid != GridChoice::kMinMax) j["grid"] = grid_choice_name(gptq.grid);
   if (gptq.refit) j["refit"] = true;
+  if (gptq.asym) j["asym"] = true;
   return j;
 }
 

@@ -36,6 +36,9 @@ struct GptqOptions {
   // row's scales and biases against H once the codes are fixed (docs/GPTQ.md, "Grids").
   GridChoice grid = GridChoice::kMinMax;
   bool refit = false;
+  // The layer driver's choice (quant/asym_target.h): fit each matrix to the float model's
+  // output instead of its own on the quantized model's input. gptq_quantize ignores it.
+  bool asym = false;
 };
 
 struct GptqResult {

@@ -10,6 +10,7 @@
 #include "model/layer.h"
 #include "model/rope.h"
 #include "model/tensor_table.h"
+#include "quant/asym_target.h"
 
 namespace tq {
 
@@ -66,6 +67,7 @@ std::map<TensorRole, std::string> linear_names(const ModelConfig& cfg, int64_t l
 constexpr int kTagHessian = 31, kTagCheckpoint = 32;
 
 std::string acts_file(int64_t layer) { return "acts_" + std::to_string(layer) + ".bin"; }
+std::string float_acts_file(int64_t layer) { return "facts_" + std::to_string(layer) + ".bin"; }
 std::string modules_file(int64_t layer) { return "layer_" + std::to_string(layer) + ".tqc"; }
 
 }  // namespace
@@ -92,6 +94,13 @@ Result<std::unique_ptr<GptqDriver>> GptqDriver::create(const ModelConfig& cfg,
   const int64_t width = d->seq_ * cfg.hidden_size;
   const bool fits = mine * width * 4 <= d->opt_.max_calib_memory;
   TQ_TRY(d->x_, ActivationStore::create(mine, width, fits, d->opt_.scratch_dir));
+  d->asym_ = d->opt_.gptq.asym && !d->opt_.probe;
+  if (d->asym_) {
+    if (size > 1) return err("gptq: --gptq-asym runs in one process only (not under mpirun)");
+    TQ_TRY(d->xf_,
+           ActivationStore::create(mine, width, 2 * mine * width * 4 <= d->opt_.max_calib_memory,
+                                   d->opt_.scratch_dir));
+  }
   d->summary_ = {{"modules", 0},           {"fallbacks", 0},         {"escalated", 0},
                  {"cholesky_failures", 0}, {"scale_divergences", 0}, {"loss_divergences", 0},
                  {"dead_columns", 0},      {"seconds", 0.0},         {"spilled", !fits}};
@@ -99,22 +108,31 @@ Result<std::unique_ptr<GptqDriver>> GptqDriver::create(const ModelConfig& cfg,
   return d;
 }
 
-Status GptqDriver::set_embedding(const FloatTensor& embed) {
+Status GptqDriver::set_embedding(const FloatTensor& embed, const FloatTensor* float_embed) {
   const int64_t dd = cfg_.hidden_size;
-  if (embed.shape.size() != 2 || embed.shape[1] != dd ||
-      static_cast<int64_t>(embed.data.size()) != embed.shape[0] * dd)
-    return err("gptq: embedding shape {} does not fit hidden size {}", shape_str(embed.shape), dd);
+  if (float_embed == nullptr) float_embed = &embed;
+  for (const FloatTensor* e : {&embed, float_embed})
+    if (e->shape.size() != 2 || e->shape[1] != dd || e->shape[0] != embed.shape[0] ||
+        static_cast<int64_t>(e->data.size()) != e->shape[0] * dd)
+      return err("gptq: embedding shape {} does not fit hidden size {}", shape_str(e->shape), dd);
   if (next_layer_ > 0) return ok_status();  // resumed: the inputs come from the checkpoint
   std::vector<float> row(static_cast<size_t>(seq_ * dd));
-  for (size_t lr = 0; lr < my_rows_.size(); ++lr) {
-    const int64_t r = my_rows_[lr];
+  auto lookup = [&](const FloatTensor& e, int64_t r) -> Status {
     for (int64_t i = 0; i < seq_; ++i) {
       const int32_t t = tokens_[r * seq_ + i];
-      if (t < 0 || t >= embed.shape[0])
-        return err("gptq: calibration token {} outside the embedding's {} rows", t, embed.shape[0]);
-      std::copy_n(embed.data.data() + t * dd, dd, row.data() + i * dd);
+      if (t < 0 || t >= e.shape[0])
+        return err("gptq: calibration token {} outside the embedding's {} rows", t, e.shape[0]);
+      std::copy_n(e.data.data() + t * dd, dd, row.data() + i * dd);
     }
+    return ok_status();
+  };
+  for (size_t lr = 0; lr < my_rows_.size(); ++lr) {
+    TQ_CHECK_OK(lookup(embed, my_rows_[lr]));
     TQ_CHECK_OK(x_.write_row(static_cast<int64_t>(lr), row));
+    if (asym_) {
+      TQ_CHECK_OK(lookup(*float_embed, my_rows_[lr]));
+      TQ_CHECK_OK(xf_.write_row(static_cast<int64_t>(lr), row));
+    }
   }
   have_input_ = true;
   return ok_status();
@@ -216,7 +234,8 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
   // Quantizes the modules of `roles` that have a spec, all with the Hessian in `acc`: on rank
   // 0, whose dequantized weights every rank then runs.
   const bool probing = opt_.probe && opt_.probe_layers.count(layer) > 0;
-  auto quantize_group = [&](const std::vector<TensorRole>& roles, BlockedHessian& acc) -> Status {
+  auto quantize_group = [&](const std::vector<TensorRole>& roles, BlockedHessian& acc,
+                            const CrossAccumulator* cross = nullptr) -> Status {
     std::vector<double> h;
     bool have_h = false;
     if (probing) {
@@ -239,7 +258,16 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
       std::vector<float>* dst = nullptr;
       with_layer_tensor(lw, role, [&](std::vector<float>& v) { dst = &v; });
       if (root()) {
-        TQ_TRY(GptqModule m, quantize_module(layer, name, tensors.at(name), *spec, dtype, h, dst));
+        const FloatTensor& w = tensors.at(name);
+        FloatTensor target;
+        if (asym_ && cross != nullptr && cross->samples() > 0) {
+          target.shape = w.shape;
+          auto t = asym_target(w.data, w.shape[0], w.shape[1], cross->delta(), h, opt_.gptq.damp);
+          if (!t.ok()) return err("{}: {}", name, t.error().message);
+          target.data = std::move(t.value());
+        }
+        TQ_TRY(GptqModule m, quantize_module(layer, name, target.data.empty() ? w : target, *spec,
+                                             dtype, h, dst));
         out.push_back(std::move(m));
       }
       if (opt_.comm && opt_.comm->size() > 1) TQ_CHECK_OK(broadcast_values(*opt_.comm, 0, dst));
@@ -273,18 +301,62 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
   };
 
   std::vector<float> xb(static_cast<size_t>(seq_ * dd));
+  // Asym: the float layer on the float stream first, keeping each stage's float input.
+  ActivationStore f_in, f_out, f_gu, f_down;
+  std::vector<float> fb;  // one row of a float stage input
+  if (asym_) {
+    auto store = [&](ActivationStore* s, int64_t width) -> Status {
+      TQ_TRY(*s, ActivationStore::create(n_mine, width, in_memory(width), opt_.scratch_dir));
+      return ok_status();
+    };
+    TQ_CHECK_OK(store(&f_in, seq_ * dd));
+    TQ_CHECK_OK(store(&f_out, seq_ * out_in));
+    TQ_CHECK_OK(store(&f_gu, seq_ * dd));
+    TQ_CHECK_OK(store(&f_down, seq_ * inter));
+    const F32Layer lf = lw;  // no weight replaced yet
+    F32Buffers fbuf;
+    std::vector<float> xf(xb.size());
+    F32Io fio = fbuf.bind(cfg_, inv_freq_, xf.data(), seq_);
+    int64_t row = 0;
+    Status st = ok_status();
+    const LinearTap keep = [&](TensorRole role, const float* x, int64_t rows, int64_t cols) {
+      const std::span<const float> v(x, static_cast<size_t>(rows * cols));
+      if (!st.ok()) return;
+      if (role == in_roles.front()) st = f_in.write_row(row, v);
+      if (role == out_role) st = f_out.write_row(row, v);
+      if (role == TensorRole::kMlpGate) st = f_gu.write_row(row, v);
+      if (role == TensorRole::kMlpDown) st = f_down.write_row(row, v);
+    };
+    fio.tap = &keep;
+    for (row = 0; row < n_mine; ++row) {
+      TQ_CHECK_OK(xf_.read_row(row, xf));
+      step.run(lf, fio);
+      TQ_CHECK_OK(st);
+      TQ_CHECK_OK(xf_.write_row(row, xf));
+    }
+  }
+  // Adds the stage's Δ for row r: its float input from `fs`, the quantized one q.
+  auto add_cross = [&](CrossAccumulator& c, const ActivationStore& fs, int64_t r,
+                       std::span<const float> q) -> Status {
+    if (!asym_) return ok_status();
+    fb.resize(q.size());
+    TQ_CHECK_OK(fs.read_row(r, fb));
+    return c.add(fb, q, seq_);
+  };
   F32Io io = buffers.bind(cfg_, inv_freq_, xb.data(), seq_);
   const std::span<const float> h(io.h, static_cast<size_t>(seq_ * dd));
   {  // A: q/k/v (DeltaNet: in_proj_qkv/z/b/a)
     BlockedHessian acc = blocked(dd, kTagHessian);
+    CrossAccumulator cross(dd);
     if (wanted(in_roles)) {
       for (int64_t r = 0; r < n_mine; ++r) {
         TQ_CHECK_OK(x_.read_row(r, xb));
         step.attn_norm(lw, io);
         TQ_CHECK_OK(acc.add_row(my_rows_[r], h, seq_));
+        TQ_CHECK_OK(add_cross(cross, f_in, r, h));
       }
     }
-    TQ_CHECK_OK(quantize_group(in_roles, acc));
+    TQ_CHECK_OK(quantize_group(in_roles, acc, &cross));
   }
   {  // B: o_proj (out_proj) after the quantized mixer inputs; C: residual, gate/up
     const int64_t att_width = store_att ? seq_ * out_in : 0;
@@ -294,14 +366,16 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
     std::vector<float> x_scratch(xb.size());
     io.att = att.data();
     BlockedHessian acc_o = blocked(out_in, kTagHessian);
+    CrossAccumulator cross_o(out_in);
     const bool want_o = wanted({out_role});
     Status tapped = ok_status();
     int64_t tap_row = 0;
     // The out projection's input as attn_out forms it (gated where the family gates).
     const LinearTap tap = [&](TensorRole role, const float* x, int64_t rows, int64_t cols) {
-      if (role == out_role && tapped.ok())
-        tapped = acc_o.add_row(my_rows_[tap_row],
-                               std::span<const float>(x, static_cast<size_t>(rows * cols)), seq_);
+      if (role != out_role || !tapped.ok()) return;
+      const std::span<const float> v(x, static_cast<size_t>(rows * cols));
+      tapped = acc_o.add_row(my_rows_[tap_row], v, seq_);
+      if (tapped.ok()) tapped = add_cross(cross_o, f_out, tap_row, v);
     };
     for (int64_t r = 0; r < n_mine; ++r) {
       TQ_CHECK_OK(x_.read_row(r, xb));
@@ -309,10 +383,11 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
       step.qkv(lw, io);
       step.attn_core(lw, io);
       if (store_att) {
-        if (want_o)
-          TQ_CHECK_OK(acc_o.add_row(
-              my_rows_[r], std::span<const float>(att.data(), static_cast<size_t>(seq_ * out_in)),
-              seq_));
+        const std::span<const float> a(att.data(), static_cast<size_t>(seq_ * out_in));
+        if (want_o) {
+          TQ_CHECK_OK(acc_o.add_row(my_rows_[r], a, seq_));
+          TQ_CHECK_OK(add_cross(cross_o, f_out, r, a));
+        }
         TQ_CHECK_OK(atts.write_row(
             r, std::span<const float>(att.data(), static_cast<size_t>(seq_ * out_in))));
       } else if (want_o) {
@@ -326,8 +401,9 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
         TQ_CHECK_OK(tapped);
       }
     }
-    TQ_CHECK_OK(quantize_group({out_role}, acc_o));
+    TQ_CHECK_OK(quantize_group({out_role}, acc_o, &cross_o));
     BlockedHessian acc_gu = blocked(dd, kTagHessian);
+    CrossAccumulator cross_gu(dd);
     const bool want_gu = wanted({TensorRole::kMlpGate, TensorRole::kMlpUp});
     for (int64_t r = 0; r < n_mine; ++r) {
       TQ_CHECK_OK(x_.read_row(r, xb));
@@ -344,9 +420,10 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
       if (want_gu) {
         step.mlp_norm(lw, io);
         TQ_CHECK_OK(acc_gu.add_row(my_rows_[r], h, seq_));
+        TQ_CHECK_OK(add_cross(cross_gu, f_gu, r, h));
       }
     }
-    TQ_CHECK_OK(quantize_group({TensorRole::kMlpGate, TensorRole::kMlpUp}, acc_gu));
+    TQ_CHECK_OK(quantize_group({TensorRole::kMlpGate, TensorRole::kMlpUp}, acc_gu, &cross_gu));
   }
   {  // D: down_proj after the quantized gate/up; E: the next layer's input
     TQ_TRY(
@@ -355,15 +432,19 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
     std::vector<float> act(static_cast<size_t>(seq_ * inter));
     io.gate = act.data();
     BlockedHessian acc_d = blocked(inter, kTagHessian);
+    CrossAccumulator cross_d(inter);
     const bool want_d = wanted({TensorRole::kMlpDown});
     for (int64_t r = 0; r < n_mine; ++r) {
       TQ_CHECK_OK(x_.read_row(r, xb));
       step.mlp_norm(lw, io);
       step.mlp_act(lw, io);
-      if (want_d) TQ_CHECK_OK(acc_d.add_row(my_rows_[r], act, seq_));
+      if (want_d) {
+        TQ_CHECK_OK(acc_d.add_row(my_rows_[r], act, seq_));
+        TQ_CHECK_OK(add_cross(cross_d, f_down, r, act));
+      }
       TQ_CHECK_OK(acts.write_row(r, act));
     }
-    TQ_CHECK_OK(quantize_group({TensorRole::kMlpDown}, acc_d));
+    TQ_CHECK_OK(quantize_group({TensorRole::kMlpDown}, acc_d, &cross_d));
     for (int64_t r = 0; r < n_mine; ++r) {
       TQ_CHECK_OK(x_.read_row(r, xb));
       TQ_CHECK_OK(acts.read_row(r, act));
@@ -378,7 +459,8 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
   return out;
 }
 
-Result<std::vector<double>> GptqDriver::head_hessian(std::span<const float> norm_weight) {
+Result<std::vector<double>> GptqDriver::head_hessian(std::span<const float> norm_weight,
+                                                     std::vector<double>* delta) {
   const int64_t dd = cfg_.hidden_size;
   if (next_layer_ != cfg_.num_hidden_layers || !have_input_)
     return err("gptq: the head needs every layer done first ({} of {})", next_layer_,
@@ -386,13 +468,22 @@ Result<std::vector<double>> GptqDriver::head_hessian(std::span<const float> norm
   if (static_cast<int64_t>(norm_weight.size()) != dd)
     return err("gptq: final norm has {} values, hidden size {}", norm_weight.size(), dd);
   BlockedHessian acc(dd, opt_.hessian, opt_.hessian_row_block, rows_, opt_.comm, kTagHessian);
-  std::vector<float> xb(static_cast<size_t>(seq_ * dd)), h(xb.size());
+  CrossAccumulator cross(dd);
+  const bool want_delta = asym_ && delta != nullptr;
+  std::vector<float> xb(static_cast<size_t>(seq_ * dd)), h(xb.size()),
+      hf(want_delta ? h.size() : 0);
+  const auto eps = static_cast<float>(cfg_.rms_norm_eps);
   for (size_t r = 0; r < my_rows_.size(); ++r) {
     TQ_CHECK_OK(x_.read_row(static_cast<int64_t>(r), xb));
-    rms_norm(xb.data(), norm_weight.data(), seq_, dd, static_cast<float>(cfg_.rms_norm_eps),
-             h.data());
+    rms_norm(xb.data(), norm_weight.data(), seq_, dd, eps, h.data());
     TQ_CHECK_OK(acc.add_row(my_rows_[r], h, seq_));
+    if (want_delta) {
+      TQ_CHECK_OK(xf_.read_row(static_cast<int64_t>(r), xb));
+      rms_norm(xb.data(), norm_weight.data(), seq_, dd, eps, hf.data());
+      TQ_CHECK_OK(cross.add(hf, h, seq_));
+    }
   }
+  if (want_delta) *delta = cross.delta();
   return acc.hessian();
 }
 
@@ -400,12 +491,20 @@ Result<GptqModule> GptqDriver::quantize_head(const std::string& weight_name, con
                                              std::span<const float> norm_weight,
                                              const QuantSpec& spec, DType dtype, double ridge) {
   layer_t0_ = now_s();
-  TQ_TRY(std::vector<double> h, head_hessian(norm_weight));
+  std::vector<double> delta;
+  TQ_TRY(std::vector<double> h, head_hessian(norm_weight, &delta));
   if (!root()) return GptqModule{};
   add_ridge(h, w.shape[1], ridge);
+  FloatTensor target;
+  if (!delta.empty()) {  // asym (a tied head too: measured slightly better than without)
+    target.shape = w.shape;
+    auto t = asym_target(w.data, w.shape[0], w.shape[1], delta, h, opt_.gptq.damp);
+    if (!t.ok()) return err("{}: {}", weight_name, t.error().message);
+    target.data = std::move(t.value());
+  }
   std::vector<float> unused;
-  TQ_TRY(GptqModule m,
-         quantize_module(cfg_.num_hidden_layers - 1, weight_name, w, spec, dtype, h, &unused));
+  TQ_TRY(GptqModule m, quantize_module(cfg_.num_hidden_layers - 1, weight_name,
+                                       target.data.empty() ? w : target, spec, dtype, h, &unused));
   seconds_ += now_s() - layer_t0_;
   summary_["seconds"] = seconds_;
   return m;
@@ -446,6 +545,22 @@ Status GptqDriver::save_checkpoint(int64_t layer, const std::vector<GptqModule>&
   }
   fs::rename(tmp, acts, ec);
   if (ec) return err("{}: {}", acts.string(), ec.message());
+  if (asym_) {  // one process: the float stream's rows in order
+    const fs::path facts = dir / float_acts_file(layer + 1),
+                   ftmp = dir / (float_acts_file(layer + 1) + ".tmp");
+    {
+      std::ofstream f(ftmp, std::ios::binary | std::ios::trunc);
+      if (!f) return err("{}: cannot write checkpoint", ftmp.string());
+      for (int64_t r = 0; r < xf_.rows(); ++r) {
+        TQ_CHECK_OK(xf_.read_row(r, row));
+        f.write(reinterpret_cast<const char*>(row.data()),
+                static_cast<std::streamsize>(row.size() * 4));
+      }
+      if (!f.flush()) return err("{}: write failed", ftmp.string());
+    }
+    fs::rename(ftmp, facts, ec);
+    if (ec) return err("{}: {}", facts.string(), ec.message());
+  }
   nlohmann::json state = {
       {"fingerprint", opt_.fingerprint}, {"next_layer", layer + 1}, {"rows", rows_}, {"seq", seq_},
       {"hidden", cfg_.hidden_size},      {"summary", summary_}};
@@ -457,6 +572,7 @@ Status GptqDriver::save_checkpoint(int64_t layer, const std::vector<GptqModule>&
   fs::rename(dir / "state.json.tmp", dir / "state.json", ec);
   if (ec) return err("{}: {}", (dir / "state.json").string(), ec.message());
   fs::remove(dir / acts_file(layer), ec);  // the previous layer's input is no longer needed
+  fs::remove(dir / float_acts_file(layer), ec);
   return ok_status();
 }
 
@@ -489,8 +605,22 @@ Status GptqDriver::load_checkpoint() {
       }
     }
   }
+  if (asym_) TQ_CHECK_OK(read_float_stream(next[0]));
   next_layer_ = resumed_layers_ = next[0];
   have_input_ = true;
+  return ok_status();
+}
+
+Status GptqDriver::read_float_stream(int64_t next_layer) {
+  const fs::path facts = fs::path(opt_.checkpoint_dir) / float_acts_file(next_layer);
+  std::ifstream a(facts, std::ios::binary);
+  if (!a) return err("{}: checkpoint float activations missing", facts.string());
+  std::vector<float> row(static_cast<size_t>(xf_.width()));
+  for (int64_t r = 0; r < xf_.rows(); ++r) {
+    if (!a.read(reinterpret_cast<char*>(row.data()), static_cast<std::streamsize>(row.size() * 4)))
+      return err("{}: checkpoint float activations truncated", facts.string());
+    TQ_CHECK_OK(xf_.write_row(r, row));
+  }
   return ok_status();
 }
 

@@ -6,6 +6,8 @@
 //   C  x_mid = x + o(att); H_gu from norm_mlp(x_mid) → quantize gate, up (one shared H)
 //   D  H_down from silu(gate)·up, quantized         → quantize down
 //   E  x ← x_mid + down(act): the next layer's input
+// With options.gptq.asym a second stream x_f runs the float layers, and every stage also sums
+// Δ = (2/n) Σ (x_f − x)xᵀ of its inputs: GPTQ then fits W* = W + WΔH⁻¹ (quant/asym_target.h).
 // Only one layer's Hessians exist at a time. Activations live in memory within
 // max_calib_memory, else in scratch files. With a checkpoint directory, each finished layer
 // leaves its quantized modules and the next layer's input there with a fingerprint, so a
@@ -84,8 +86,9 @@ class GptqDriver {
                                                     GptqDriverOptions options);
 
   // Layer 0's input: the rows of `embed` [vocab, d] (as the quantized model will see them)
-  // for the calibration tokens. Not needed when resuming past layer 0.
-  Status set_embedding(const FloatTensor& embed);
+  // for the calibration tokens, and those of `float_embed` for the float stream (asym; null:
+  // the same rows). Not needed when resuming past layer 0.
+  Status set_embedding(const FloatTensor& embed, const FloatTensor* float_embed = nullptr);
 
   // Quantizes the linear modules of `layer` named in specs (module path or weight name ->
   // spec); matrices not named stay float and run as float. Layers go in order 0, 1, ...;
@@ -96,8 +99,10 @@ class GptqDriver {
                                                  DType dtype);
 
   // The head's input Hessian: final_norm(x)·norm_weight over the activations after the last
-  // layer. Every rank calls it; rank 0 gets H (the others an empty vector).
-  Result<std::vector<double>> head_hessian(std::span<const float> norm_weight);
+  // layer. Every rank calls it; rank 0 gets H (the others an empty vector). With asym, *delta
+  // (when given) receives the head's Δ.
+  Result<std::vector<double>> head_hessian(std::span<const float> norm_weight,
+                                           std::vector<double>* delta = nullptr);
   // GPTQ of the head against that Hessian, once every layer is done (every rank calls it;
   // rank 0 gets the module, the others an empty one). ridge > 0 adds ridge·mean(diag H) to
   // the diagonal: a tied head is also the embedding, whose lookup error is weight error.
@@ -121,6 +126,7 @@ class GptqDriver {
   Result<GptqModule> quantize_module(int64_t layer, const std::string& weight_name,
                                      const FloatTensor& w, const QuantSpec& spec, DType dtype,
                                      const std::vector<double>& h, std::vector<float>* dst);
+  Status read_float_stream(int64_t next_layer);  // asym: the checkpoint's x_f
 
   ModelConfig cfg_;
   std::vector<double> inv_freq_;  // RoPE of cfg_
@@ -134,6 +140,8 @@ class GptqDriver {
   std::vector<int32_t> tokens_;   // [rows, seq]
   std::vector<int64_t> my_rows_;  // the calibration rows this rank runs, increasing
   ActivationStore x_;             // [my_rows_.size(), seq * d]
+  bool asym_ = false;             // options.gptq.asym, outside probing
+  ActivationStore xf_;            // asym: the float model's stream, as x_
   bool have_input_ = false;
   int64_t next_layer_ = 0, resumed_layers_ = 0;
   double seconds_ = 0.0;  // spent in quantize_layer, over runs (checkpointed)

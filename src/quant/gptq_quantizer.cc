@@ -50,6 +50,7 @@ Result<std::unique_ptr<GptqQuantizer>> GptqQuantizer::create(
                  {"scale_guard", options.gptq.scale_guard},
                  {"grid", grid_choice_name(options.gptq.grid)},
                  {"refit", options.gptq.refit},
+                 {"asym", options.gptq.asym},
                  {"hessian", options.hessian == HessianPrecision::kF64 ? "f64" : "f32-batch"}};
   q->calib_record_ = calib.info();
   q->load_source_ = std::move(load_source);
@@ -88,7 +89,7 @@ Result<std::vector<QuantizedModule>> GptqQuantizer::quantize(
       if (w.shape.size() != 2) return err("globals: '{}' is not a matrix", name);
       TQ_TRY(RtnResult r, rtn_quantize(w.data, w.shape[0], w.shape[1], spec, dtype, grid_));
       if (name == embed_name_ && !embedding_set_) {
-        TQ_CHECK_OK(driver_->set_embedding(FloatTensor{w.shape, std::move(r.dequantized)}));
+        TQ_CHECK_OK(driver_->set_embedding(FloatTensor{w.shape, std::move(r.dequantized)}, &w));
         embedding_set_ = true;
       }
       if (tied_head) {  // RTN feeds layer 0; the written codes come from the head's GPTQ

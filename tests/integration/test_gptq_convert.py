@@ -135,6 +135,28 @@ def test_searched_grids_and_refit_lower_the_loss_and_load_in_mlx_lm(tq_bin, mode
     del mlx_lm
 
 
+def test_asym_calibration_follows_the_float_model(tq_bin, model, tmp_path):
+    """--gptq-asym on: recorded, other codes than plain GPTQ's (already in layer 0: the float
+    stream starts from the float embedding), loads in stock mlx-lm; refused without --gptq."""
+    src, calib = model
+    plain, asym = tmp_path / "plain", tmp_path / "asym"
+    convert(tq_bin, src, plain, calib)
+    convert(tq_bin, src, asym, calib, "--gptq-asym", "on")
+    meta = json.loads((asym / "tq_metadata.json").read_text())
+    assert meta["quantizer"]["options"]["asym"] is True
+    a, p = raw_tensors(asym / "model.safetensors"), raw_tensors(plain / "model.safetensors")
+    assert a["model.layers.0.self_attn.q_proj.weight"] != p["model.layers.0.self_attn.q_proj.weight"]
+    assert a["model.layers.3.mlp.down_proj.weight"] != p["model.layers.3.mlp.down_proj.weight"]
+    bad = subprocess.run([tq_bin, "convert", str(src), "-o", str(tmp_path / "bad"), "--bits", "4",
+                          "--gptq-asym", "on"], capture_output=True, text=True)
+    assert bad.returncode != 0 and "--gptq-asym is a GPTQ option" in bad.stderr
+    assert not (tmp_path / "bad").exists()
+    pytest.importorskip("mlx_lm")
+    from mlx_lm.utils import load
+
+    load(str(asym))
+
+
 def test_preset_best_composes_allocation_rotation_and_gptq(tq_bin, model, tmp_path):
     """--preset best --target-bpw: allocation from a rotated sensitivity table (corrected by
     GPTQ's measured recovery), rotation and GPTQ with searched, refitted grids in one convert;
