@@ -236,7 +236,7 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
   const bool probing = opt_.probe && opt_.probe_layers.count(layer) > 0;
   auto quantize_group = [&](const std::vector<TensorRole>& roles, BlockedHessian& acc,
                             const CrossAccumulator* cross = nullptr) -> Status {
-    std::vector<double> h;
+    std::vector<double> h, delta;  // delta: asym's Δ, once for the group
     bool have_h = false;
     if (probing) {
       TQ_TRY(h, acc.hessian());
@@ -261,8 +261,9 @@ Result<std::vector<GptqModule>> GptqDriver::quantize_layer(
         const FloatTensor& w = tensors.at(name);
         FloatTensor target;
         if (asym_ && cross != nullptr && cross->samples() > 0) {
+          if (delta.empty()) delta = cross->delta();
           target.shape = w.shape;
-          auto t = asym_target(w.data, w.shape[0], w.shape[1], cross->delta(), h, opt_.gptq.damp);
+          auto t = asym_target(w.data, w.shape[0], w.shape[1], delta, h, opt_.gptq.damp);
           if (!t.ok()) return err("{}: {}", name, t.error().message);
           target.data = std::move(t.value());
         }
