@@ -2,16 +2,19 @@
 # Task accuracy of the quantized arms against their source (issue 29's table): SmolLM2-135M f32
 # (the bundled GGUF imported) against 4-bit g64 RTN, `--preset best --bits 4` (rotated + GPTQ)
 # and `--preset best --target-bpw 3.5` (allocated), each paired with the source on the same
-# seeded items: the zero-shot suite (ITEMS per task) and MMLU (MMLU_ITEMS). `tq eval --json` of
-# each arm and task group in $OUT/ARM.{zeroshot,mmlu}.json (kept: a rerun skips them); the table
-# is printed at the end.
+# seeded items: the zero-shot suite (ITEMS per task) and MMLU (MMLU_ITEMS); 0 = every item.
+# One `tq eval --json --reuse` per arm and task into $OUT/ARM.TASK.json (kept: a rerun skips
+# it), all recording into $OUT/results.sqlite, so the source is scored once per task, not once
+# per arm, and an interrupted run resumes task by task. The table is printed at the end.
 # Usage: bench/eval_arms.sh [ITEMS=300] [MMLU_ITEMS=2000]
-#   env: ARMS ("rtn4 best4 best35"), OUT ($TQ_CACHE/bench/eval-arms), SEED (0)
+#   env: ARMS ("rtn4 best4 best35"), TASKS (the zero-shot suite and mmlu),
+#        OUT ($TQ_CACHE/bench/eval-arms), SEED (0)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
 items=${1:-300}
 mmlu=${2:-2000}
 ARMS="${ARMS:-rtn4 best4 best35}"
+TASKS="${TASKS:-arc_easy arc_challenge boolq hellaswag openbookqa piqa winogrande lambada mmlu}"
 OUT="${OUT:-$TQ_CACHE/bench/eval-arms}"
 SEED="${SEED:-0}"
 tq="$TQ_BUILD/tq"
@@ -32,14 +35,14 @@ arm_dir() {  # the arm's artifact, converted once
 }
 for arm in $ARMS; do
   d=$(arm_dir "$arm")
-  for tasks in zeroshot mmlu; do
-    f="$OUT/$arm.$tasks.json"
+  for task in $TASKS; do
+    f="$OUT/$arm.$task.json"
     [[ -s "$f" ]] && continue
     n=$items
-    [[ $tasks == mmlu ]] && n=$mmlu
-    echo "== $arm: $tasks, $n items per task, paired with the source" >&2
-    /usr/bin/time -f "%e s" -o "$f.time" "$tq" eval --base "$src" "$d" --task "$tasks" \
-      --limit "$n" --seed "$SEED" --json --no-db >"$f.tmp" 2>"$f.log"
+    [[ $task == mmlu ]] && n=$mmlu
+    echo "== $arm: $task, $n items (0: all), paired with the source" >&2
+    /usr/bin/time -f "%e s" -o "$f.time" "$tq" eval --base "$src" "$d" --task "$task" \
+      --limit "$n" --seed "$SEED" --json --reuse --db "$OUT/results.sqlite" >"$f.tmp" 2>"$f.log"
     mv "$f.tmp" "$f"
   done
 done

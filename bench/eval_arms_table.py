@@ -13,9 +13,8 @@ def main():
     out, arms = pathlib.Path(sys.argv[1]), sys.argv[2:]
     runs = {}
     for arm in arms:
-        for group in ("zeroshot", "mmlu"):
-            f = out / f"{arm}.{group}.json"
-            if f.exists() and f.stat().st_size > 0:
+        for f in sorted(out.glob(f"{arm}.*.json")):
+            if f.stat().st_size > 0:
                 for t in json.loads(f.read_text())["tasks"]:
                     runs[(arm, t["task"])] = t
     tasks = []

@@ -16,7 +16,7 @@ namespace {
 struct EvalOptions {
   std::string model, base, tasks, data;
   eval::TaskOptions task;
-  bool chat = false, raw = false, json = false, items = false;
+  bool chat = false, raw = false, json = false, items = false, reuse = false;
   int batch = 4;
   DbFlags db;
   RuntimeOptions runtime;
@@ -26,6 +26,7 @@ Status run_eval(const EvalOptions& o) {
   if (o.task.limit < 0) return err("--limit must be >= 0, got {}", o.task.limit);
   if (o.task.shots < -1) return err("--shots must be >= 0, got {}", o.task.shots);
   if (o.batch < 1 || o.batch > 64) return err("--batch must be 1..64, got {}", o.batch);
+  if (o.reuse && o.db.off) return err("--reuse reads the results database: drop --no-db");
   eval::TaskEvalRequest req;
   req.model = o.model;
   req.base = o.base;
@@ -35,6 +36,8 @@ Status run_eval(const EvalOptions& o) {
   req.data_dir = o.data;
   req.runtime = o.runtime;
   req.batch = o.batch;
+  req.reuse = o.reuse;
+  req.db = o.db.path;
   req.show_progress = world().rank() == 0;
   TQ_TRY(eval::TaskEvalResult r, eval::run_task_eval(req));
   if (world().rank() != 0) return ok_status();
@@ -82,6 +85,10 @@ const bool kRegistered = register_verb(
            ->capture_default_str();
        app.add_flag("--json", o->json, "Print one JSON object");
        app.add_flag("--items", o->items, "With --json: every item's result (for pairing)");
+       app.add_flag("--reuse", o->reuse,
+                    "Take a task's results from the results database where the same model was "
+                    "scored on the same items, protocol and runtime before (as model or base), "
+                    "instead of scoring it again");
        add_db_flags(app, &o->db);
        add_runtime_flags(app, &o->runtime);
        return [o] { return run_eval(*o); };

@@ -124,14 +124,15 @@ Result<int64_t> ResultsDb::append(const RunRecord& rec) {
   return int64_t(sqlite3_last_insert_rowid(h));
 }
 
-Result<std::vector<RunRecord>> ResultsDb::runs() const {
+Result<std::vector<RunRecord>> ResultsDb::runs(const std::string& kind) const {
   sqlite3* h = db_->h;
   Stmt st;
   const char* sql =
       "SELECT id, time_utc, kind, artifact, model_fingerprint, base_artifact, base_fingerprint, "
-      "protocol, result, tool_version, machine FROM runs ORDER BY id";
+      "protocol, result, tool_version, machine FROM runs WHERE ?1 = '' OR kind = ?1 ORDER BY id";
   if (sqlite3_prepare_v2(h, sql, -1, &st.s, nullptr) != SQLITE_OK)
     return err("{}: {}", path_, sqlite3_errmsg(h));
+  sqlite3_bind_text(st.s, 1, kind.data(), int(kind.size()), SQLITE_TRANSIENT);
   std::vector<RunRecord> out;
   int rc;
   while ((rc = sqlite3_step(st.s)) == SQLITE_ROW) {

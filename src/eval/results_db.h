@@ -52,7 +52,8 @@ class ResultsDb {
   // Opens or creates the file (and its parent directories); errors name `path`.
   static Result<ResultsDb> open(const std::string& path);
   Result<int64_t> append(const RunRecord& r);  // returns the row id
-  Result<std::vector<RunRecord>> runs() const;
+  // Every run in id order, or those of one kind.
+  Result<std::vector<RunRecord>> runs(const std::string& kind = "") const;
   const std::string& path() const { return path_; }
 
  private:

@@ -10,6 +10,7 @@
 #include "eval/eval_model.h"
 #include "eval/gsm8k_answer.h"
 #include "eval/progress.h"
+#include "eval/stored_tasks.h"
 #include "model/model_chat.h"
 
 namespace tq::eval {
@@ -240,41 +241,76 @@ const char* metric_name(TaskKind kind, int i) {
 Result<TaskEvalResult> run_task_eval(const TaskEvalRequest& r) {
   const std::string dir = r.data_dir.empty() ? default_eval_data_dir() : r.data_dir;
   std::vector<Task> tasks;
-  int64_t total = 0;
+  std::vector<std::string> digests;
   for (const std::string& name : r.tasks) {
     TQ_TRY(Task t, load_task(name, dir, r.options));
-    total += int64_t(t.items.size());
+    digests.push_back(task_items_sha256(t));
     tasks.push_back(std::move(t));
   }
   Comm& comm = world();
+  std::vector<RunRecord> stored;
+  if (r.reuse) {
+    if (comm.size() > 1) return err("--reuse runs in one process only (not under mpirun)");
+    TQ_TRY(ResultsDb db, ResultsDb::open(r.db.empty() ? default_results_db_path() : r.db));
+    TQ_TRY(stored, db.runs("eval"));
+  }
   const int arms = r.base.empty() ? 1 : 2;
   TaskEvalResult out;
   ProgressLine progress("eval", 0, r.show_progress, "items");
   int64_t done = 0;
-  const int64_t mine_total = [&] {
-    int64_t n = 0;
-    for (const Task& t : tasks) {
-      RankRange rr = rank_range(int64_t(t.items.size()), comm.rank(), comm.size());
-      n += rr.end - rr.begin;
-    }
-    return n * arms;
-  }();
+  int64_t mine_total = 0;
+  for (const Task& t : tasks) {
+    RankRange rr = rank_range(int64_t(t.items.size()), comm.rank(), comm.size());
+    mine_total += (rr.end - rr.begin) * arms;
+  }
   auto tick = [&] { progress.update(++done, mine_total); };
-  (void)total;
-  std::vector<std::vector<ItemResult>> base_items(tasks.size());
+  // One side's scores of every task: read back where stored, else scored.
+  struct Side {
+    std::vector<TaskScores> scores;
+    std::vector<int64_t> reused;
+    std::vector<std::string> protocols;
+    std::vector<double> seconds;
+  };
+  auto score_side = [&](Arm& a) -> Result<Side> {
+    Side s;
+    const std::string runtime = a.m.net->runtime_name();
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      const Task& t = tasks[i];
+      s.protocols.push_back(task_protocol(t, r.options, a.max_len));
+      const auto hit =
+          find_stored_task(stored, t, {a.m.fingerprint, runtime, s.protocols[i], digests[i]});
+      if (hit) {
+        if (r.show_progress)
+          fmt::print(stderr, "eval: {} on {}: the results of run #{} ({})\n", t.name, a.m.path,
+                     hit->run_id, hit->time_utc);
+        mine_total -= int64_t(t.items.size());
+        s.scores.push_back(hit->scores);
+        s.reused.push_back(hit->run_id);
+        s.seconds.push_back(0);
+        continue;
+      }
+      ProgressLine clock("", 0, false);
+      TQ_TRY(std::vector<ItemResult> items, score_items(a, t, comm, r.batch, tick));
+      s.seconds.push_back(clock.elapsed_s());
+      s.scores.push_back(summarize(t.kind, std::move(items)));
+      s.reused.push_back(0);
+    }
+    return s;
+  };
+  Side base;
   if (!r.base.empty()) {
     // The base first, then released: one model in memory at a time.
     TQ_TRY(std::unique_ptr<Arm> b, open_arm(r.base, r));
     out.base = b->m.path;
     out.base_fingerprint = b->m.fingerprint;
-    for (size_t i = 0; i < tasks.size(); ++i) {
-      TQ_TRY(base_items[i], score_items(*b, tasks[i], comm, r.batch, tick));
-    }
+    out.base_runtime = b->m.net->runtime_name();
+    TQ_TRY(base, score_side(*b));
   }
   TQ_TRY(std::unique_ptr<Arm> a, open_arm(r.model, r));
   out.model = a->m.path;
   out.model_fingerprint = a->m.fingerprint;
   out.runtime = a->m.net->runtime_name();
+  TQ_TRY(Side model, score_side(*a));
   for (size_t i = 0; i < tasks.size(); ++i) {
     const Task& t = tasks[i];
     TaskResult tr;
@@ -283,13 +319,15 @@ Result<TaskEvalResult> run_task_eval(const TaskEvalRequest& r) {
     tr.chat = t.chat;
     tr.docs = t.docs;
     tr.n = int64_t(t.items.size());
-    tr.protocol = task_protocol(t, r.options, a->max_len);
-    ProgressLine clock("", 0, false);
-    TQ_TRY(std::vector<ItemResult> items, score_items(*a, t, comm, r.batch, tick));
-    tr.seconds = clock.elapsed_s();
-    tr.model = summarize(t.kind, std::move(items));
+    tr.protocol = model.protocols[i];
+    tr.items_sha256 = digests[i];
+    tr.seconds = model.seconds[i];
+    tr.reused_run = model.reused[i];
+    tr.model = std::move(model.scores[i]);
     if (!r.base.empty()) {
-      tr.base = summarize(t.kind, std::move(base_items[i]));
+      tr.base_protocol = base.protocols[i];
+      tr.base_reused_run = base.reused[i];
+      tr.base = std::move(base.scores[i]);
       for (int m = 0; m < 2; ++m) {
         if (*metric_name(t.kind, m) == 0) continue;
         std::vector<bool> hb, hc;
@@ -315,8 +353,11 @@ json task_eval_json(const TaskEvalResult& r, bool with_items) {
               {"items_s", t.seconds > 0 ? double(t.n) / t.seconds : 0.0},
               {"metrics", metrics_json(t.model)}};
     if (t.kind == TaskKind::kGenerate) j["variant"] = t.chat ? "chat" : "raw";
+    if (t.reused_run) j["reused_run"] = t.reused_run;
     if (t.base) {
+      j["base_protocol"] = t.base_protocol;
       j["base_metrics"] = metrics_json(*t.base);
+      if (t.base_reused_run) j["base_reused_run"] = t.base_reused_run;
       json p = json::object();
       for (size_t m = 0; m < t.paired.size(); ++m)
         p[metric_name(t.kind, int(m))] = paired_json(t.paired[m]);
@@ -335,7 +376,7 @@ json task_eval_json(const TaskEvalResult& r, bool with_items) {
     tasks.push_back(j);
   }
   json j = {{"model", r.model}, {"runtime", r.runtime}, {"seconds", r.seconds}, {"tasks", tasks}};
-  if (!r.base.empty()) j["base"] = r.base;
+  if (!r.base.empty()) j["base"] = r.base, j["base_runtime"] = r.base_runtime;
   return j;
 }
 
@@ -352,12 +393,17 @@ RunRecord task_eval_record(const TaskEvalResult& r) {
   for (const TaskResult& t : r.tasks) protocol += (protocol.empty() ? "" : "\n") + t.protocol;
   rec.protocol = protocol;
   rec.result = task_eval_json(r, false);
-  // Per item, what pairing needs: [doc, metric 0, metric 1].
-  for (size_t i = 0; i < r.tasks.size(); ++i) {
+  // Per item, what pairing (and --reuse) needs: [doc, metric 0, metric 1], on both sides.
+  auto hits = [](const TaskScores& s) {
     json items = json::array();
-    for (const ItemResult& x : r.tasks[i].model.items)
-      items.push_back({x.doc, int(x.hit[0]), int(x.hit[1])});
-    rec.result["tasks"][i]["items"] = items;
+    for (const ItemResult& x : s.items) items.push_back({x.doc, int(x.hit[0]), int(x.hit[1])});
+    return items;
+  };
+  for (size_t i = 0; i < r.tasks.size(); ++i) {
+    json& j = rec.result["tasks"][i];
+    j["items_sha256"] = r.tasks[i].items_sha256;
+    j["items"] = hits(r.tasks[i].model);
+    if (r.tasks[i].base) j["base_items"] = hits(*r.tasks[i].base);
   }
   return rec;
 }
@@ -384,9 +430,16 @@ std::string task_eval_text(const TaskEvalResult& r) {
       }
     }
   }
-  for (const TaskResult& t : r.tasks)
-    s += fmt::format("{}; {:.1f} s, {:.2f} items/s\n", t.protocol, t.seconds,
-                     t.seconds > 0 ? double(t.n) / t.seconds : 0.0);
+  for (const TaskResult& t : r.tasks) {
+    std::string from;
+    if (t.reused_run) from += fmt::format("; read from run #{}", t.reused_run);
+    if (t.base_reused_run) from += fmt::format("; the base's from run #{}", t.base_reused_run);
+    if (t.reused_run)
+      s += fmt::format("{}{}\n", t.protocol, from);
+    else
+      s += fmt::format("{}; {:.1f} s, {:.2f} items/s{}\n", t.protocol, t.seconds,
+                       t.seconds > 0 ? double(t.n) / t.seconds : 0.0, from);
+  }
   s += fmt::format("{} ({}){}\n", r.model, r.runtime, r.base.empty() ? "" : " against " + r.base);
   return s;
 }

@@ -28,6 +28,11 @@ struct TaskEvalRequest {
   // Log-likelihood items whose contexts are prefilled side by side in one forward (1: item by
   // item); the scores are those of scoring each alone, up to the kernels' last bits.
   int batch = 4;
+  // Take a task's results from the results database `db` ("": the default one) where this
+  // model was scored on the same items under the same protocol and runtime before (either side
+  // of a paired run), instead of scoring it again. One process only (not under mpirun).
+  bool reuse = false;
+  std::string db;
 };
 
 // One item on one model. Metric 0 / 1: acc / acc_norm (multiple choice), acc / - (LAMBADA),
@@ -52,7 +57,8 @@ struct TaskScores {
 };
 
 struct TaskResult {
-  std::string name, protocol;
+  std::string name, protocol, base_protocol;
+  std::string items_sha256;  // task_items_sha256(): which items were scored
   TaskKind kind = TaskKind::kChoice;
   bool chat = false;  // GSM8K through the chat template
   int64_t n = 0, docs = 0;
@@ -60,10 +66,11 @@ struct TaskResult {
   std::optional<TaskScores> base;
   std::vector<PairedDiff> paired;  // per 0/1 metric, when there is a base
   double seconds = 0;              // scoring time on the model (the base's not counted)
+  int64_t reused_run = 0, base_reused_run = 0;  // the results database row read (0: scored)
 };
 
 struct TaskEvalResult {
-  std::string model, model_fingerprint, base, base_fingerprint, runtime;
+  std::string model, model_fingerprint, base, base_fingerprint, runtime, base_runtime;
   std::vector<TaskResult> tasks;
   double seconds = 0;
 };

@@ -122,6 +122,44 @@ def test_paired_run_records_and_reports(f32, tmp_path):
     assert "task acc %" in rep.stdout and "arc_easy " in rep.stdout, rep.stdout
 
 
+def test_reuse_reads_stored_tasks_back(f32, tmp_path):
+    """--reuse: a task scored before on the same model, items, protocol and runtime (either side
+    of a paired run) is read back from the results database, not scored; anything else differing
+    scores it again."""
+    db = tmp_path / "r.sqlite"
+    common = ["--limit", 5, "--json", "--db", db]
+
+    def ev(*args, seed=3):
+        r = run_tq("eval", *args, *common, "--seed", seed)
+        assert r.returncode == 0, r.stderr
+        return {t["task"]: t for t in json.loads(r.stdout)["tasks"]}, r.stderr
+
+    first, _ = ev("--base", f32, GGUF, "--task", "arc_easy,lambada")
+    again, err = ev("--base", f32, GGUF, "--task", "arc_easy,lambada,piqa", "--reuse")
+    for task in ("arc_easy", "lambada"):
+        a, b = first[task], again[task]
+        assert (b["reused_run"], b["base_reused_run"]) == (1, 1), err
+        assert b["seconds"] == 0
+        assert (b["metrics"], b["base_metrics"], b["paired"]) == \
+            (a["metrics"], a["base_metrics"], a["paired"])
+    assert "reused_run" not in again["piqa"] and "base_reused_run" not in again["piqa"]
+    assert "the results of run #1" in err
+    # The source alone finds its side of the paired rows (the newest: run 2), LAMBADA's
+    # perplexity included; the candidate alone its own.
+    src, _ = ev(f32, "--task", "lambada", "--reuse")
+    assert src["lambada"]["reused_run"] == 2
+    assert src["lambada"]["metrics"] == first["lambada"]["base_metrics"]
+    cand, _ = ev(GGUF, "--task", "piqa", "--reuse")
+    assert cand["piqa"]["metrics"] == again["piqa"]["metrics"] and cand["piqa"]["reused_run"] == 2
+    # Other items, another runtime: scored again.
+    other, _ = ev(GGUF, "--task", "piqa", "--reuse", seed=4)
+    assert "reused_run" not in other["piqa"]
+    other, _ = ev(GGUF, "--task", "piqa", "--reuse", "--threads", 1)
+    assert "reused_run" not in other["piqa"]
+    r = run_tq("eval", GGUF, "--task", "piqa", "--reuse", "--no-db")
+    assert r.returncode != 0 and "--reuse" in r.stderr.strip().splitlines()[-1], r.stderr
+
+
 def test_batched_items_score_as_item_by_item():
     """--batch prefills several items' contexts in one forward: on the 4-bit GGUF the scores
     equal item-by-item scoring bit for bit where every context feeds 16+ new tokens (the same
