@@ -7,7 +7,8 @@
 # it), all recording into $OUT/results.sqlite, so the source is scored once per task, not once
 # per arm, and an interrupted run resumes task by task. The table is printed at the end.
 # Usage: bench/eval_arms.sh [ITEMS=300] [MMLU_ITEMS=2000]
-#   env: ARMS ("rtn4 best4 best35"), TASKS (the zero-shot suite and mmlu),
+#   env: ARMS ("rtn4 best4 best35"), TASKS (the zero-shot suite and mmlu; also gsm8k, raw
+#        8-shot, and gsm8k_chat, zero-shot through the chat template), GSM_ITEMS (250),
 #        OUT ($TQ_CACHE/bench/eval-arms), SEED (0)
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../scripts/env.sh"
@@ -17,6 +18,7 @@ ARMS="${ARMS:-rtn4 best4 best35}"
 TASKS="${TASKS:-arc_easy arc_challenge boolq hellaswag openbookqa piqa winogrande lambada mmlu}"
 OUT="${OUT:-$TQ_CACHE/bench/eval-arms}"
 SEED="${SEED:-0}"
+GSM_ITEMS="${GSM_ITEMS:-250}"
 tq="$TQ_BUILD/tq"
 src="$TQ_CACHE/bench/smollm2-135m-f32"
 mkdir -p "$OUT"
@@ -39,9 +41,14 @@ for arm in $ARMS; do
     f="$OUT/$arm.$task.json"
     [[ -s "$f" ]] && continue
     n=$items
-    [[ $task == mmlu ]] && n=$mmlu
+    args=(--task "$task")
+    case $task in
+      mmlu) n=$mmlu ;;
+      gsm8k) n=$GSM_ITEMS ;;
+      gsm8k_chat) n=$GSM_ITEMS args=(--task gsm8k --chat) ;;
+    esac
     echo "== $arm: $task, $n items (0: all), paired with the source" >&2
-    /usr/bin/time -f "%e s" -o "$f.time" "$tq" eval --base "$src" "$d" --task "$task" \
+    /usr/bin/time -f "%e s" -o "$f.time" "$tq" eval --base "$src" "$d" "${args[@]}" \
       --limit "$n" --seed "$SEED" --json --reuse --db "$OUT/results.sqlite" >"$f.tmp" 2>"$f.log"
     mv "$f.tmp" "$f"
   done

@@ -16,11 +16,12 @@ def main():
         for f in sorted(out.glob(f"{arm}.*.json")):
             if f.stat().st_size > 0:
                 for t in json.loads(f.read_text())["tasks"]:
-                    runs[(arm, t["task"])] = t
-    tasks = []
-    for (_, task) in runs:
-        if task not in tasks:
-            tasks.append(task)
+                    name = t["task"] + (" chat" if t.get("variant") == "chat" else "")
+                    runs[(arm, name)] = t
+    order = ["arc_easy", "arc_challenge", "boolq", "hellaswag", "openbookqa", "piqa", "winogrande",
+             "lambada", "mmlu", "gsm8k", "gsm8k chat"]
+    tasks = sorted({task for (_, task) in runs},
+                   key=lambda t: (order.index(t) if t in order else len(order), t))
     print("| task (metric) | items | source | " + " | ".join(arms) + " |")
     print("|---|---|---|" + "---|" * len(arms))
     for task in tasks:
@@ -38,6 +39,11 @@ def main():
                              f"{p['lost']}/{p['gained']} p={p['mcnemar_p']:.2g}")
             print(f"| {task} ({metric}) | {p0['n']} | {p0['base']:.3f} | " + " | ".join(cells) +
                   " |")
+        if "ppl" in first["metrics"]:  # LAMBADA: the target word's perplexity, not paired
+            cells = [f"{runs[(a, task)]['metrics']['ppl']:.1f}" if (a, task) in runs else ""
+                     for a in arms]
+            print(f"| {task} (ppl of the target) | {first['n']} | "
+                  f"{first['base_metrics']['ppl']:.1f} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -101,7 +101,7 @@ Status run_bench_verb(const BenchCliOptions& o) {
   if (!o.spec.any() && !o.spec_prompts.empty())
     return err("--spec-prompts needs --lookup or --draft");
   TQ_TRY(ModelSource src, open_model(o.model));
-  const std::string fingerprint = eval::model_fingerprint(src);
+  TQ_TRY(const std::string fingerprint, eval::model_fingerprint(src));
   std::optional<Tokenizer> tok;
   std::optional<ModelChat> chat;
   std::vector<std::string> texts;

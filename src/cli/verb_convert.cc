@@ -123,7 +123,7 @@ Result<RotationOptions> rotation_options(const ConvertArgs& a) {
 // database under the model's fingerprint; a later run (or a killed one) reuses it.
 Result<std::string> measured_sensitivity(const ConvertJob& job,
                                          const std::optional<RotationOptions>& rotation) {
-  const std::string fp = eval::model_fingerprint(job.source);
+  TQ_TRY(const std::string fp, eval::model_fingerprint(job.source));
   const std::string dir = fs::path(eval::default_results_db_path()).parent_path() / "sensitivity";
   std::error_code ec;
   fs::create_directories(dir, ec);

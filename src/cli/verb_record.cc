@@ -47,7 +47,7 @@ Status run_record(const RecordOptions& o) {
     return err("unknown kind '{}' (known: {})", o.kind, eval::kServeLoadKind);
   TQ_TRY(std::vector<nlohmann::json> rows, read_rows(o.results));
   TQ_TRY(ModelSource m, open_model(o.model));
-  const std::string fingerprint = eval::model_fingerprint(m);
+  TQ_TRY(const std::string fingerprint, eval::model_fingerprint(m));
   const std::string path = o.db.empty() ? eval::default_results_db_path() : o.db;
   TQ_TRY(eval::ResultsDb db, eval::ResultsDb::open(path));
   for (const auto& j : rows) {

@@ -31,7 +31,7 @@ Result<AllocateOutcome> allocate_convert_plan(ConvertJob& job, const AllocateReq
     return err("give exactly one of --target-bpw and --target-size");
   TQ_TRY(SensitivityTable table, read_sensitivity(path));
   TQ_TRY(std::string table_sha, sha256_file(path));
-  const std::string fp = eval::model_fingerprint(job.source);
+  TQ_TRY(const std::string fp, eval::model_fingerprint(job.source));
   if (table.model_fingerprint != fp)
     return err(
         "{}: measured on another model ({}, fingerprint {:.12}) than {} (fingerprint {:.12}); "

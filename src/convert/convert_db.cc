@@ -40,9 +40,9 @@ Result<eval::RunRecord> convert_run_record(const ConvertJob& job, const ConvertS
   eval::RunRecord r;
   r.kind = "convert";
   r.artifact = s.dest;
-  r.model_fingerprint = eval::model_fingerprint(out);
+  TQ_TRY(r.model_fingerprint, eval::model_fingerprint(out));
   r.base_artifact = job.source.path;
-  r.base_fingerprint = eval::model_fingerprint(job.source);
+  TQ_TRY(r.base_fingerprint, eval::model_fingerprint(job.source));
   r.result = {{"dest", s.dest},
               {"source", job.source.path},
               {"source_fingerprint", *r.base_fingerprint},

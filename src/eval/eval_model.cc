@@ -28,7 +28,7 @@ Result<EvalModel> open_eval_model(const std::string& path, bool with_tokenizer) 
     TQ_TRY(Tokenizer tok, load_model_tokenizer(m.src));
     m.tokenizer.emplace(std::move(tok));
   }
-  m.fingerprint = model_fingerprint(m.src);
+  TQ_TRY(m.fingerprint, model_fingerprint(m.src));
   return m;
 }
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/file_digest.h"
 #include "base/sha256.h"
 #include "formats/quant_spec.h"
 #include "io/json_parse.h"
@@ -194,13 +195,19 @@ std::string utc_now_iso() {
   return buf;
 }
 
-std::string model_fingerprint(const ModelSource& m) {
+Result<std::string> model_fingerprint(const ModelSource& m) {
   Sha256 h;
   h.update(m.config_json.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   h.update("\n");
   for (const auto& t : m.tensors->tensors()) {
     std::string storage = t.mlx_quant ? quant_spec_str(*t.mlx_quant) : t.storage;
     h.update(fmt::format("{}\t{}\t{}\n", t.name, shape_str(t.shape), storage));
+  }
+  // The bytes too: two conversions with the same layout (RTN and GPTQ, rotated or not) differ
+  // only there, and a stored result must never be taken for the other's.
+  for (const auto& f : m.weight_files) {
+    h.update("file\n");  // not its name: a GGUF's is the user's choice
+    TQ_CHECK_OK(hash_file_contents(f, h));
   }
   return h.hex_digest();
 }

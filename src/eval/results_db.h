@@ -73,7 +73,8 @@ std::string machine_description();
 std::string utc_now_iso();
 
 // SHA-256 of config.json dumped canonically (sorted keys), then one line per tensor in name
-// order: "name\tshape\tstorage\n" (e.g. "model.norm.weight\t[576]\tBF16").
-std::string model_fingerprint(const ModelSource& m);
+// order: "name\tshape\tstorage\n" (e.g. "model.norm.weight\t[576]\tBF16"), then each weight
+// file's hash_file_contents() in order: the same content gives the same value at any path.
+Result<std::string> model_fingerprint(const ModelSource& m);
 
 }  // namespace tq::eval

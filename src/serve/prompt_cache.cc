@@ -8,12 +8,11 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <iterator>
 
 #include <fmt/format.h>
 
-#include "base/fast_hash.h"
+#include "base/file_digest.h"
 #include "base/sha256.h"
 #include "kernels/packed_matmul.h"
 
@@ -108,20 +107,11 @@ Result<Digest> prompt_cache_fingerprint(const std::string& model_path, const std
     files.push_back(model_path);
   }
   if (ec) return err("cannot list {}: {}", model_path, ec.message());
-  // Contents through the fast checksum (two seeds, 128 bits) in 8 MiB pieces: SHA-256 of a 1B
-  // model's files would take seconds at every start.
-  std::vector<char> buf(8 << 20);
+  // Contents through the fast checksum: SHA-256 of a 1B model's files would take seconds at
+  // every start.
   for (const auto& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    if (!in) return err("cannot read {}", f.string());
-    h.update("\n" + f.filename().string() + "\n" + std::to_string(fs::file_size(f, ec)) + "\n");
-    while (in) {
-      in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
-      const std::span<const uint8_t> piece(reinterpret_cast<const uint8_t*>(buf.data()),
-                                           static_cast<size_t>(in.gcount()));
-      const uint64_t sums[2] = {fast_hash64(piece, 1), fast_hash64(piece, 2)};
-      h.update({reinterpret_cast<const uint8_t*>(sums), sizeof(sums)});
-    }
+    h.update("\n" + f.filename().string() + "\n");
+    TQ_CHECK_OK(hash_file_contents(f.string(), h));
   }
   return h.digest();
 }

@@ -3,7 +3,11 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <filesystem>
+
 #include "../testing/test_files.h"
+#include "../testing/tiny_models.h"
+#include "model/model_source.h"
 
 namespace tq::eval {
 namespace {
@@ -83,6 +87,34 @@ TEST(ResultsDb, DefaultPathFollowsXdg) {
   EXPECT_NE(default_results_db_path().find("/.local/share/turboquant/results.sqlite"),
             std::string::npos);
   if (old) ::setenv("XDG_DATA_HOME", saved.c_str(), 1);
+}
+
+// Same layout, one weight byte apart (as RTN and GPTQ conversions are): different fingerprints;
+// the same files at another path: the same fingerprint.
+TEST(ModelFingerprint, FollowsTheBytesNotThePath) {
+  testing::TempDir a, b, c;
+  testing::write_tiny_model(a, testing::tiny_json("llama"));
+  auto fingerprint = [](const std::string& dir) {
+    auto m = open_model(dir);
+    EXPECT_TRUE(m.ok()) << m.error().message;
+    auto fp = model_fingerprint(*m);
+    EXPECT_TRUE(fp.ok()) << fp.error().message;
+    return *fp;
+  };
+  namespace fs = std::filesystem;
+  for (const auto* to : {&b, &c})
+    for (const auto& e : fs::directory_iterator(a.path()))
+      fs::copy_file(e.path(), fs::path(to->path()) / e.path().filename());
+  const std::string fa = fingerprint(a.path());
+  EXPECT_EQ(fa.size(), 64u);
+  EXPECT_EQ(fingerprint(b.path()), fa);
+  auto m = open_model(c.path());
+  ASSERT_TRUE(m.ok());
+  ASSERT_FALSE(m->weight_files.empty());
+  std::string bytes = testing::read_file(m->weight_files[0]);
+  bytes[bytes.size() - 3] ^= 0x01;  // inside the last tensor's data
+  testing::write_file(m->weight_files[0], bytes);
+  EXPECT_NE(fingerprint(c.path()), fa);
 }
 
 }  // namespace

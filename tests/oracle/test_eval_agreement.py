@@ -12,6 +12,7 @@ error line. TQ_EVAL_ITEMS=N changes the items per task (default 2).
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -155,6 +156,18 @@ def test_reuse_reads_stored_tasks_back(f32, tmp_path):
     other, _ = ev(GGUF, "--task", "piqa", "--reuse", seed=4)
     assert "reused_run" not in other["piqa"]
     other, _ = ev(GGUF, "--task", "piqa", "--reuse", "--threads", 1)
+    assert "reused_run" not in other["piqa"]
+    # The fingerprint follows the bytes: the same file elsewhere is the same model, one bit
+    # flipped in its last tensor's data (same layout, as RTN and GPTQ conversions) is not.
+    same, flipped = tmp_path / "same.gguf", tmp_path / "flipped.gguf"
+    shutil.copyfile(GGUF, same)
+    data = bytearray(GGUF.read_bytes())
+    data[-101] ^= 1
+    flipped.write_bytes(data)
+    again_elsewhere, _ = ev(same, "--task", "piqa", "--reuse")
+    assert again_elsewhere["piqa"]["metrics"] == cand["piqa"]["metrics"]
+    assert "reused_run" in again_elsewhere["piqa"]
+    other, _ = ev(flipped, "--task", "piqa", "--reuse")
     assert "reused_run" not in other["piqa"]
     r = run_tq("eval", GGUF, "--task", "piqa", "--reuse", "--no-db")
     assert r.returncode != 0 and "--reuse" in r.stderr.strip().splitlines()[-1], r.stderr
