@@ -21,6 +21,9 @@ ROWS = int(os.environ.get("ROWS", "16"))
 POINTS = os.environ.get("POINTS", "attn,mlp,down").split(",")
 GRID = [a / 20 for a in range(21)]
 cfg = json.load(open(f"{SRC}/config.json"))
+# The folds below assume no MLP bias (up's bias would need / s too) and one weight file.
+if cfg.get("model_type") != "llama" or cfg.get("mlp_bias") or "quantization" in cfg:
+    sys.exit("awq_probe: an unquantized llama model without MLP bias only")
 W = load_file(f"{SRC}/model.safetensors")
 tok = Tokenizer.from_file(f"{SRC}/tokenizer.json")
 cache = os.environ.get("TQ_CACHE", os.path.expanduser("~/.cache/turboquant"))
@@ -89,7 +92,6 @@ def search(ws, xabs, Hm):
 emb = W["model.embed_tokens.weight"]
 x = emb[rows].astype(np.float32)  # [R, T, hidden]
 mask = np.triu(np.full((T, T), -np.inf, dtype=np.float32), 1)
-report = []
 for L in range(cfg["num_hidden_layers"]):
     p = f"model.layers.{L}."
     g_in, g_post = W[p + "input_layernorm.weight"], W[p + "post_attention_layernorm.weight"]
@@ -137,7 +139,7 @@ for L in range(cfg["num_hidden_layers"]):
         line += ["down", a, e / e0]
     print(*[f"{v:.3f}" if isinstance(v, float) else v for v in line], flush=True)
 xf = rms(x, W["model.norm.weight"])
-logits = xf[:, :-1] @ emb.T
+logits = xf[:, :-1] @ W.get("lm_head.weight", emb).T
 logits -= logits.max(-1, keepdims=True)
 lp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
 tgt = rows[:, 1:]
