@@ -8,7 +8,9 @@
 # (normalised by sqrt(max * min)) with alpha in 0, 0.05 .. 1 chosen to minimise the summed
 # Hessian-weighted RTN error of the scaled matrices (affine g64 at BITS). The written model
 # computes the same function (KL ~1e-7 against the source); quantize it with tq convert.
-# Usage: bench/awq_probe.py SRC OUT   env: BITS (3), ROWS (16), POINTS (attn,mlp,down)
+# Usage: bench/awq_probe.py SRC OUT   env: BITS (3), ROWS (16), POINTS (attn,mlp,down),
+#   ERR (full: x^T x weighted error; diag: its diagonal, as tq convert --channel-scale does),
+#   STAT (mean |x|, or rms as tq convert does)
 import glob, json, os, shutil, sys
 import numpy as np
 from safetensors.numpy import load_file, save_file
@@ -19,6 +21,8 @@ OUT = sys.argv[2]
 BITS = [int(b) for b in os.environ.get("BITS", "3").split(",")]
 ROWS = int(os.environ.get("ROWS", "16"))
 POINTS = os.environ.get("POINTS", "attn,mlp,down").split(",")
+ERR = os.environ.get("ERR", "full")  # full: x^T x weighted; diag: its diagonal only
+STAT = os.environ.get("STAT", "mean")  # mean |x| or rms per channel
 GRID = [a / 20 for a in range(21)]
 cfg = json.load(open(f"{SRC}/config.json"))
 # The folds below assume no MLP bias (up's bias would need / s too) and one weight file.
@@ -73,7 +77,7 @@ def err(ws, s, Hm):
     for w in ws:
         for b in BITS:
             dw = rtn(w * s[None, :], b) / s[None, :] - w
-            e += np.sum((dw @ Hm) * dw)
+            e += np.sum((dw * np.diag(Hm)[None, :]) * dw) if ERR == "diag" else np.sum((dw @ Hm) * dw)
     return e
 
 
@@ -121,19 +125,19 @@ for L in range(cfg["num_hidden_layers"]):
     x = x + hmid @ Wd.T
     line = [L]
     if "attn" in POINTS:
-        (e, a, s), e0 = search([Wq, Wk, Wv], ma, Ha)
+        (e, a, s), e0 = search([Wq, Wk, Wv], ma if STAT == 'mean' else np.sqrt(np.diag(Ha)), Ha)
         W[p + "input_layernorm.weight"] = (g_in / s).astype(np.float32)
         for n in "qkv":
             W[p + f"self_attn.{n}_proj.weight"] = (W[p + f"self_attn.{n}_proj.weight"] * s[None, :]).astype(np.float32)
         line += ["attn", a, e / e0]
     if "mlp" in POINTS:
-        (e, a, s), e0 = search([Wg, Wu], mm, Hm)
+        (e, a, s), e0 = search([Wg, Wu], mm if STAT == 'mean' else np.sqrt(np.diag(Hm)), Hm)
         W[p + "post_attention_layernorm.weight"] = (g_post / s).astype(np.float32)
         for n in ("gate", "up"):
             W[p + f"mlp.{n}_proj.weight"] = (W[p + f"mlp.{n}_proj.weight"] * s[None, :]).astype(np.float32)
         line += ["mlp", a, e / e0]
     if "down" in POINTS:
-        (e, a, s), e0 = search([Wd], md, Hd)
+        (e, a, s), e0 = search([Wd], md if STAT == 'mean' else np.sqrt(np.diag(Hd)), Hd)
         W[p + "mlp.up_proj.weight"] = (W[p + "mlp.up_proj.weight"] / s[:, None]).astype(np.float32)
         W[p + "mlp.down_proj.weight"] = (Wd * s[None, :]).astype(np.float32)
         line += ["down", a, e / e0]

@@ -72,17 +72,6 @@ void add_gptq_flags(CLI::App& app, GptqArgs* a) {
       ->check(CLI::IsMember({"on", "off"}));
 }
 
-namespace {
-
-CalibOptions calib_options(const GptqArgs& a) {
-  CalibOptions co;
-  co.files = a.calib;
-  co.tokens = a.calib_tokens;
-  co.seq_len = a.calib_seq_len;
-  co.seed = a.calib_seed;
-  return co;
-}
-
 GptqOptions gptq_options(const GptqArgs& a) {
   GptqOptions g;
   g.block = a.block;
@@ -94,7 +83,14 @@ GptqOptions gptq_options(const GptqArgs& a) {
   return g;
 }
 
-}  // namespace
+CalibOptions calib_options(const GptqArgs& a) {
+  CalibOptions co;
+  co.files = a.calib;
+  co.tokens = a.calib_tokens;
+  co.seq_len = a.calib_seq_len;
+  co.seed = a.calib_seed;
+  return co;
+}
 
 Result<GptqRecovery> measure_recovery(const GptqArgs& a, ConvertJob& job,
                                       const std::string& table_path) {

@@ -9,6 +9,7 @@
 
 #include "convert/convert.h"
 #include "convert/gptq_recovery.h"
+#include "quant/calib.h"
 #include "quant/gptq_quantizer.h"
 
 namespace tq::cli {
@@ -32,6 +33,10 @@ struct GptqArgs {
 };
 
 void add_gptq_flags(CLI::App& app, GptqArgs* a);
+// The calibration set the --calib* flags describe.
+CalibOptions calib_options(const GptqArgs& a);
+// The GPTQ options the flags describe (grid as resolved into a.grid).
+GptqOptions gptq_options(const GptqArgs& a);
 nlohmann::json gptq_options_record(const GptqArgs& a);
 
 // Everything a GPTQ conversion needs besides the job: the quantizer (owning the driver) and

@@ -2,7 +2,9 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -13,6 +15,7 @@
 #include "base/byte_size.h"
 #include "base/comm.h"
 #include "cli/convert_gptq.h"
+#include "cli/convert_scale.h"
 #include "cli/db_flags.h"
 #include "cli/sensitivity_progress.h"
 #include "cli/verb.h"
@@ -46,6 +49,7 @@ struct ConvertArgs {
   bool no_quantize = false;
   // --rotate-weights and its options
   bool rotate = false, save_rotations = false;
+  bool channel_scale = false;
   std::string r1, r2, fold_dtype = "f32";  // r1 "": hadamard, or the preset's choice
   uint64_t seed = 0;
 };
@@ -83,6 +87,7 @@ nlohmann::json options_record(const ConvertArgs& a) {
   if (a.target_bpw) o["target_bpw"] = *a.target_bpw;
   if (!a.target_size.empty()) o["target_size"] = a.target_size;
   if (!a.sensitivity.empty()) o["sensitivity"] = a.sensitivity;
+  if (a.channel_scale) o["channel_scale"] = true;
   if (a.allow_over) o["allow_over"] = true;
   if (!a.gptq.recovery.empty()) o["gptq_recovery"] = a.gptq.recovery;
   if (a.gptq.tied_head >= 0.0) o["gptq_tied_head"] = a.gptq.tied_head;
@@ -185,27 +190,86 @@ Result<ConvertArgs> apply_preset(ConvertArgs a) {
   return a;
 }
 
-Status run_convert_verb(const ConvertArgs& args) {
-  TQ_TRY(const ConvertArgs a, apply_preset(args));
-  ConvertOptions o;
+std::optional<DType> dtype_flag(const std::string& d) {
+  if (d == "f32") return DType::kF32;
+  if (d == "f16") return DType::kF16;
+  if (d == "bf16") return DType::kBF16;
+  return std::nullopt;
+}
+
+// Source, recipe, bits, group size and mode: what shapes the plan.
+Status set_plan_flags(const ConvertArgs& a, ConvertOptions& o) {
   o.source = a.src;
-  o.dest = a.out;
-  o.force = a.force;
-  o.record_timings = !a.no_timings;
   o.recipe = a.recipe;
   o.plan.bits = a.bits;
   o.plan.group_size = a.group_size;
-  o.plan.keep_float = a.keep_float;
   if (!a.mode.empty()) {
     auto m = quant_mode_from_name(a.mode);
     if (!m) return err("--mode {}: expected affine, mxfp4, nvfp4 or mxfp8", a.mode);
     o.plan.mode = *m;
   }
-  if (a.dtype == "f32") o.dtype = DType::kF32;
-  if (a.dtype == "f16") o.dtype = DType::kF16;
-  if (a.dtype == "bf16") o.dtype = DType::kBF16;
+  return ok_status();
+}
+
+// The width the channel-scale search quantizes at: the conversion's spec, or for a target the
+// affine g64 width whose bytes fit under it (3-bit for 3.5 bpw, 4-bit for 4.5).
+Result<QuantSpec> scale_search_spec(const ConvertJob& job, const ConvertArgs& a) {
+  if (!a.target_bpw && a.target_size.empty()) return job.plan.global;
+  double bpw = a.target_bpw.value_or(0.0);
+  if (!a.target_size.empty()) {
+    TQ_TRY(const uint64_t bytes, positive_size(a.target_size, "--target-size"));
+    bpw = 8.0 * static_cast<double>(bytes) / static_cast<double>(job.plan.size().params);
+  }
+  QuantSpec s;
+  s.mode = QuantMode::kAffine;
+  s.group_size = 64;
+  s.bits = std::clamp(static_cast<int>(std::floor(bpw - 0.5)), 2, 8);
+  if (s.bits == 7) s.bits = 6;
+  return s;
+}
+
+Status run_convert_verb(const ConvertArgs& args) {
+  TQ_TRY(ConvertArgs a, apply_preset(args));
+  const ConvertArgs recorded = a;
+  // --channel-scale: the conversion quantizes the scaled (and rotated) float model instead.
+  nlohmann::json scaled_record;
+  std::string origin;
+  if (a.channel_scale) {
+    if (a.no_quantize)
+      return err("--channel-scale prepares a model for quantization; drop --no-quantize");
+    if (a.save_rotations)
+      return err("--save-rotations is not kept through --channel-scale; drop one of them");
+    if (!a.dry_run && a.out.empty()) return err("-o/--output DST is required (or --dry-run)");
+    if (!a.dry_run) TQ_CHECK_OK(StagingDir::check_dest(a.out, a.force));  // before the long pass
+    ConvertOptions probe;
+    TQ_CHECK_OK(set_plan_flags(a, probe));
+    TQ_TRY(ConvertJob pj, prepare_convert(probe));
+    TQ_TRY(const QuantSpec spec, scale_search_spec(pj, a));
+    std::optional<RotationOptions> ro;
+    if (a.rotate) {
+      TQ_TRY(ro, rotation_options(a));
+    }
+    if (!a.dry_run) {
+      const DType dtype = dtype_flag(a.dtype).value_or(default_quantized_dtype(pj.source));
+      TQ_TRY(ScaledSource ss, scaled_source(a.src, ro, spec, dtype, a.gptq));
+      scaled_record = ss.record;
+      origin = a.src;
+      a.src = ss.dir;
+      a.rotate = false;  // folded into the scaled model
+    }
+  }
+  ConvertOptions o;
+  TQ_CHECK_OK(set_plan_flags(a, o));
+  o.dest = a.out;
+  o.force = a.force;
+  o.record_timings = !a.no_timings;
+  o.plan.keep_float = a.keep_float;
+  o.dtype = dtype_flag(a.dtype);
   TQ_TRY(o.max_shard_bytes, positive_size(a.max_shard, "--max-shard-size"));
-  o.options_record = options_record(a);
+  o.options_record = options_record(recorded);
+  o.origin = origin;
+  if (!scaled_record.is_null()) o.extra_metadata["transforms"] = scaled_record["transforms"];
+  if (!scaled_record.is_null()) o.extra_metadata["scaled_source"] = scaled_record["path"];
   GridChoice grid = GridChoice::kMinMax;
   if (!a.grid.empty() && !parse_grid_choice(a.grid, &grid))
     return err("--grid {}: expected minmax or search", a.grid);
@@ -436,6 +500,10 @@ const bool kRegistered = register_verb({
                      "--target-bpw/--target-size or --bits; docs/GPTQ.md)")
           ->check(CLI::IsMember({"best"}));
       add_gptq_flags(app, &a->gptq);
+      app.add_flag(
+          "--channel-scale", a->channel_scale,
+          "scale input channels by activation size (folded exactly into the norms and "
+          "up_proj) before quantizing; measured on the --calib text (docs/CHANNEL_SCALE.md)");
       app.add_flag("--no-quantize", a->no_quantize,
                    "write every tensor float (with --rotate-weights: the folded float model)");
       auto* rot = app.add_flag("--rotate-weights", a->rotate,

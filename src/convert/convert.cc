@@ -116,6 +116,9 @@ Result<ConvertJob> prepare_convert(const ConvertOptions& opts,
                                    std::vector<WeightTransform*> transforms) {
   ConvertJob job;
   TQ_TRY(job.source, open_model(opts.source));
+  if (!opts.origin.empty()) {
+    TQ_TRY(job.origin, open_model(opts.origin));
+  }
   job.config = job.source.config_json;
   job.config.erase("quantization");  // re-quantizing an MLX source starts from its float values
   job.config.erase("quantization_config");
@@ -123,7 +126,7 @@ Result<ConvertJob> prepare_convert(const ConvertOptions& opts,
   TQ_TRY(ModelConfig cfg, parse_model_config(job.config, opts.source + " (output config)"));
   cfg.has_mtp = job.source.config.has_mtp;  // the names said so; written as a companion file
   PlanOptions po = opts.plan;
-  po.dtype = opts.dtype.value_or(default_output_dtype(job.source));
+  po.dtype = opts.dtype.value_or(default_output_dtype(job.recorded_source()));
   if (!opts.recipe.empty()) {
     TQ_TRY(po.recipe, resolve_recipe(opts, cfg));
   }
@@ -132,7 +135,7 @@ Result<ConvertJob> prepare_convert(const ConvertOptions& opts,
     job.dtype_reason = "given by --dtype";
   } else if (job.plan.any_quantized()) {
     // f32 scales double the per-group cost; quantized outputs take 16-bit floats.
-    job.plan.dtype = default_quantized_dtype(job.source);
+    job.plan.dtype = default_quantized_dtype(job.recorded_source());
     job.dtype_reason = "default for quantized output";
   } else {
     job.dtype_reason = job.source.kind == SourceKind::kGguf ? "default for a GGUF source"
@@ -154,7 +157,7 @@ Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
   const TensorSource& src = *job.source.tensors;
 
   // Everything that can fail without tensor data fails before the staging directory exists.
-  TQ_TRY(std::string fingerprint, source_fingerprint(job.source));
+  TQ_TRY(std::string fingerprint, source_fingerprint(job.recorded_source()));
   TQ_TRY(NamedFiles tok_files, job.source.tensors->tokenizer_files());
   TQ_TRY(std::string config_text, dump_json(output_config(job), 4, opts.dest + "/config.json"));
   // The model's tensors, and the MTP companion's (qwen3_5) for mtp.safetensors beside them:
@@ -286,9 +289,9 @@ Result<ConvertSummary> run_convert(ConvertJob& job, LayerQuantizer& quantizer,
       {"version", TQ_VERSION},
       {"command", "convert"},
       {"source",
-       {{"path", job.source.path},
-        {"kind", source_kind_name(job.source.kind)},
-        {"bytes", job.source.file_bytes},
+       {{"path", job.recorded_source().path},
+        {"kind", source_kind_name(job.recorded_source().kind)},
+        {"bytes", job.recorded_source().file_bytes},
         {"fingerprint", fingerprint},
         {"fingerprint_method",
          "sha256 of kind, config, file names and sizes, first 1 MiB, 16 x 64 KiB samples and "

@@ -50,6 +50,9 @@ struct ConvertOptions {
   // rank other than 0 in a GPTQ conversion: it only runs its calibration rows).
   bool write_output = true;
   std::function<void(const ConvertProgress&)> progress;
+  // The user's source when `source` is a float model prepared from it (--channel-scale): the
+  // default dtypes, tq_metadata.json's source and the results record follow it.
+  std::string origin;
 };
 
 struct ConvertJob {
@@ -58,6 +61,8 @@ struct ConvertJob {
   QuantPlan plan;
   std::string dtype_reason;  // why plan.dtype: "given by --dtype", "default for quantized output"
   std::vector<WeightTransform*> transforms;  // not owned
+  std::optional<ModelSource> origin;         // ConvertOptions::origin, opened
+  const ModelSource& recorded_source() const { return origin ? *origin : source; }
 };
 
 // The float dtype a float-only conversion writes when --dtype is not given: the source's.

@@ -41,10 +41,10 @@ Result<eval::RunRecord> convert_run_record(const ConvertJob& job, const ConvertS
   r.kind = "convert";
   r.artifact = s.dest;
   TQ_TRY(r.model_fingerprint, eval::model_fingerprint(out));
-  r.base_artifact = job.source.path;
-  TQ_TRY(r.base_fingerprint, eval::model_fingerprint(job.source));
+  r.base_artifact = job.recorded_source().path;
+  TQ_TRY(r.base_fingerprint, eval::model_fingerprint(job.recorded_source()));
   r.result = {{"dest", s.dest},
-              {"source", job.source.path},
+              {"source", job.recorded_source().path},
               {"source_fingerprint", *r.base_fingerprint},
               {"params", s.size.params},
               {"bytes", s.size.bytes},

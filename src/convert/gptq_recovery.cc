@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 
+#include "convert/float_pass.h"
 #include "quant/gptq_driver.h"
 #include "quant/gptq_quantizer.h"
 #include "quant/hessian.h"
@@ -20,79 +21,6 @@ namespace {
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-
-// The float model through the driver (no specs: nothing is quantized), the embedding as the
-// transforms leave it feeding layer 0. With a head to sample (head_rows > 0), every layer runs
-// and on_head gets up to head_rows evenly spaced rows of it with its input Hessian; else the
-// layers past the last sampled one are skipped.
-class RecoveryPass : public LayerQuantizer {
- public:
-  struct Names {
-    std::string embed, head, norm;
-  };
-  RecoveryPass(GptqDriver* driver, Names names, int64_t layers, int64_t last_layer,
-               int64_t head_rows, std::function<void(int64_t)> layer_done,
-               std::function<Status(const FloatTensor&, std::span<const double>)> on_head)
-      : driver_(driver),
-        n_(std::move(names)),
-        layers_(layers),
-        last_(head_rows > 0 ? layers - 1 : last_layer),
-        head_rows_(head_rows),
-        layer_done_(std::move(layer_done)),
-        on_head_(std::move(on_head)) {}
-
-  Result<std::vector<QuantizedModule>> quantize(int64_t layer, const TensorMap& tensors,
-                                                const std::map<std::string, QuantSpec>&,
-                                                DType dtype) override {
-    if (layer < 0) {
-      auto it = tensors.find(n_.embed);
-      if (it != tensors.end() && !embedded_) {
-        TQ_CHECK_OK(driver_->set_embedding(as_stored(it->second, dtype)));
-        embedded_ = true;
-      }
-      if (auto nrm = tensors.find(n_.norm); nrm != tensors.end()) norm_ = nrm->second.data;
-      if (auto h = tensors.find(n_.head); h != tensors.end() && head_rows_ > 0) {
-        head_ = sample_rows(as_stored(h->second, dtype));
-        if (driver_->next_layer() == layers_) TQ_CHECK_OK(measure_head());
-      }
-      return std::vector<QuantizedModule>();
-    }
-    if (layer > last_) return std::vector<QuantizedModule>();
-    if (!embedded_) return err("gptq recovery: layer {} before the embedding", layer);
-    TensorMap r;
-    for (const auto& [name, t] : tensors) r[name] = as_stored(t, dtype);
-    TQ_TRY(std::vector<GptqModule> none, driver_->quantize_layer(layer, r, {}, dtype));
-    if (layer_done_) layer_done_(layer);
-    if (head_ && layer == layers_ - 1) TQ_CHECK_OK(measure_head());
-    return std::vector<QuantizedModule>();
-  }
-  nlohmann::json metadata() const override { return nullptr; }
-
- private:
-  FloatTensor sample_rows(const FloatTensor& w) const {
-    const int64_t rows = w.shape[0], cols = w.shape[1], k = std::min(rows, head_rows_);
-    FloatTensor out{{k, cols}, std::vector<float>(static_cast<size_t>(k * cols))};
-    for (int64_t i = 0; i < k; ++i)
-      std::copy_n(w.data.data() + i * rows / k * cols, cols, out.data.data() + i * cols);
-    return out;
-  }
-  Status measure_head() {
-    if (norm_.empty()) return err("gptq recovery: the head came before the final norm");
-    TQ_TRY(std::vector<double> h, driver_->head_hessian(norm_));
-    TQ_CHECK_OK(on_head_(*head_, h));
-    head_.reset();
-    return ok_status();
-  }
-
-  GptqDriver* driver_;
-  Names n_;
-  int64_t layers_, last_, head_rows_;
-  std::function<void(int64_t)> layer_done_;
-  std::function<Status(const FloatTensor&, std::span<const double>)> on_head_;
-  std::optional<FloatTensor> head_;
-  std::vector<float> norm_;
-  bool embedded_ = false;
-};
 
 }  // namespace
 
@@ -184,7 +112,7 @@ Result<GptqRecovery> measure_gptq_recovery(ConvertJob& job, const CalibSet& cali
     if (r == role_of.end()) return err("gptq recovery: '{}' is not in the plan", name);
     return sample(r->second, w, h);
   };
-  RecoveryPass::Names names;
+  FloatPass::Names names;
   bool head_quantized = false;  // an untied head the plan quantizes: GPTQ conversions do
   for (const TensorKind& k : family_table(cfg.family)) {
     if (k.role == TensorRole::kEmbed) names.embed = tensor_name(k, -1);
@@ -203,7 +131,7 @@ Result<GptqRecovery> measure_gptq_recovery(ConvertJob& job, const CalibSet& cali
   }
   TQ_TRY(std::unique_ptr<GptqDriver> driver, GptqDriver::create(cfg, few, std::move(d)));
   const std::set<int64_t> sampled(rec.layers.begin(), rec.layers.end());
-  RecoveryPass pass(
+  FloatPass pass(
       driver.get(), names, cfg.num_hidden_layers, rec.layers.back(),
       head_quantized ? o.head_rows : 0,
       [&](int64_t layer) {

@@ -257,6 +257,10 @@ def test_gptq_allocation_is_corrected_by_measured_recovery(env, tmp_path):
         assert all(0 < f <= 1.0 + 1e-9 for f in by_spec.values()), (role, by_spec)
     assert abs(on["bytes"] - off["bytes"]) <= 0.02 * on["bytes"] / 4.0
     assert on["predicted_kl"] < off["predicted_kl"]
+    # A tied head by GPTQ without a rotation: the embedding (the head) arrives before the layers
+    # and the final norm after them; its rows are sampled once both are there.
+    tied = json.loads(tq(*base, "--gptq-tied-head", "0.1").stdout)["allocation"]["gptq_recovery"]
+    assert set(tied["factor"]) == roles | {"embed"}, tied["factor"]
     one_line_error(tq("convert", src, "--target-bpw", "4.0", "--dry-run", "--sensitivity",
                       env["sens"], "--gptq-recovery", "off", ok=False), "--gptq-recovery")
     one_line_error(tq("convert", src, "--gptq", "--bits", "4", "--dry-run", "--gptq-recovery",

@@ -6,9 +6,10 @@ import pathlib
 import subprocess
 import time
 
+import numpy as np
 import pytest
 
-from tinymodels import TINY_LLAMA, write_tiny_hf_dir
+from tinymodels import TINY_LLAMA, safetensors_bytes, tiny_llama_tensors, write_tiny_hf_dir
 
 CFG = dict(TINY_LLAMA, hidden_size=128, intermediate_size=256, num_attention_heads=4,
            num_key_value_heads=2, vocab_size=96)
@@ -106,3 +107,22 @@ def test_existing_output_needs_force(tq_bin, src, tmp_path):
     r, _ = run_tq(tq_bin, "convert", src, "-o", out)
     assert_one_line_error(r, str(out), "--force")
     assert [p.name for p in out.iterdir()] == ["keep.txt"]
+
+
+@pytest.mark.parametrize("cfg,args,needles", [
+    ({}, ["--no-quantize"], ["--channel-scale", "drop --no-quantize"]),
+    ({}, ["--rotate-weights", "--save-rotations"], ["--save-rotations", "--channel-scale"]),
+    ({"mlp_bias": True}, [], ["channel scaling", "mlp_bias"]),
+], ids=["no-quantize", "save-rotations", "mlp-bias"])
+def test_channel_scale_refusals(tq_bin, tmp_path, cfg, args, needles):
+    src = write_tiny_hf_dir(tmp_path / "src", cfg=dict(CFG, **cfg))
+    if cfg.get("mlp_bias"):  # the bias tensors the config promises
+        tensors = tiny_llama_tensors(dict(CFG, **cfg), 0)
+        for l in range(CFG["num_hidden_layers"]):
+            for n, rows in (("gate", CFG["intermediate_size"]), ("up", CFG["intermediate_size"]),
+                            ("down", CFG["hidden_size"])):
+                tensors[f"model.layers.{l}.mlp.{n}_proj.bias"] = np.zeros(rows, np.float32)
+        (src / "model.safetensors").write_bytes(safetensors_bytes(tensors, {"format": "pt"})[0])
+    res, _ = run_tq(tq_bin, "convert", src, "-o", tmp_path / "out", "--channel-scale", *args)
+    assert_one_line_error(res, *needles)
+    assert not (tmp_path / "out").exists()
