@@ -8,7 +8,9 @@
 # same rows sorted by bytes. A peer that fails or runs past PEER_TIMEOUT gets one line with the
 # time it took.
 # Usage: bench/quality_frontier.sh
-#   env: TARGETS ("3.0 3.5 4.0 4.5"), PARTS ("ours ours-uniform rtn presets dynamic gptq awq dwq"),
+#   env: TARGETS ("3.0 3.5 4.0 4.5"),
+#        PARTS ("ours ours-uniform ours-cs rtn presets dynamic gptq awq dwq"; ours-cs: RTN at the
+#        uniform width with --channel-scale, the cheapest arm of ours),
 #        WINDOWS, OUT ($TQ_CACHE/bench/frontier), DB ($OUT/results.sqlite), PEER_TIMEOUT (3600),
 #        DQ_ROWS (8: dynamic_quant's calibration rows), DWQ_ROWS (32), BASE_LOGITS, TQ_BIN
 set -euo pipefail
@@ -17,7 +19,7 @@ export TQ_BIN="${TQ_BIN:-$TQ_BUILD/tq}"
 export WINDOWS="${WINDOWS:-64}"
 export SRC="$TQ_CACHE/bench/smollm2-135m-f32"
 TARGETS="${TARGETS:-3.0 3.5 4.0 4.5}"
-PARTS="${PARTS:-ours ours-uniform rtn presets dynamic gptq awq dwq}"
+PARTS="${PARTS:-ours ours-uniform ours-cs rtn presets dynamic gptq awq dwq}"
 OUT="${OUT:-$TQ_CACHE/bench/frontier}"
 export DB="${DB:-$OUT/results.sqlite}"
 PEER_TIMEOUT="${PEER_TIMEOUT:-3600}"
@@ -74,6 +76,10 @@ for t in $TARGETS; do
   if has ours-uniform; then
     row "tq --preset best --bits $b --group-size $g" "$OUT/tq-best-b$b-g$g" -- --preset best \
       --bits "$b" --group-size "$g" --dtype bf16 --calib-save "$CALIB"
+  fi
+  if has ours-cs; then
+    row "tq --bits $b --group-size $g --channel-scale" "$OUT/tq-cs-b$b-g$g" -- --bits "$b" \
+      --group-size "$g" --channel-scale --dtype bf16
   fi
   if has rtn; then
     peer "mlx_lm.convert $b-bit g$g" "$OUT/mlx-rtn-b$b-g$g" "$PY" -m mlx_lm convert \

@@ -20,6 +20,7 @@
 #include "cli/sensitivity_progress.h"
 #include "cli/verb.h"
 #include "convert/allocate_convert.h"
+#include "convert/channel_scale_run.h"
 #include "convert/convert.h"
 #include "convert/convert_db.h"
 #include "convert/fold_float.h"
@@ -49,7 +50,7 @@ struct ConvertArgs {
   bool no_quantize = false;
   // --rotate-weights and its options
   bool rotate = false, save_rotations = false;
-  bool channel_scale = false;
+  std::string channel_scale;               // on, off, or "" (on under --preset best below 4 bits)
   std::string r1, r2, fold_dtype = "f32";  // r1 "": hadamard, or the preset's choice
   uint64_t seed = 0;
 };
@@ -87,7 +88,7 @@ nlohmann::json options_record(const ConvertArgs& a) {
   if (a.target_bpw) o["target_bpw"] = *a.target_bpw;
   if (!a.target_size.empty()) o["target_size"] = a.target_size;
   if (!a.sensitivity.empty()) o["sensitivity"] = a.sensitivity;
-  if (a.channel_scale) o["channel_scale"] = true;
+  if (!a.channel_scale.empty()) o["channel_scale"] = a.channel_scale;
   if (a.allow_over) o["allow_over"] = true;
   if (!a.gptq.recovery.empty()) o["gptq_recovery"] = a.gptq.recovery;
   if (a.gptq.tied_head >= 0.0) o["gptq_tied_head"] = a.gptq.tied_head;
@@ -230,27 +231,47 @@ Result<QuantSpec> scale_search_spec(const ConvertJob& job, const ConvertArgs& a)
 
 Status run_convert_verb(const ConvertArgs& args) {
   TQ_TRY(ConvertArgs a, apply_preset(args));
-  const ConvertArgs recorded = a;
-  // --channel-scale: the conversion quantizes the scaled (and rotated) float model instead.
+  ConvertArgs recorded = a;
+  // Channel scaling: the conversion quantizes the scaled (and rotated) float model instead.
+  // --preset best turns it on where it measured better under GPTQ: at 3 bits and below.
   nlohmann::json scaled_record;
   std::string origin;
-  if (a.channel_scale) {
+  const bool asked = a.channel_scale == "on";
+  if (asked) {
     if (a.no_quantize)
       return err("--channel-scale prepares a model for quantization; drop --no-quantize");
     if (a.save_rotations)
       return err("--save-rotations is not kept through --channel-scale; drop one of them");
-    if (!a.dry_run && a.out.empty()) return err("-o/--output DST is required (or --dry-run)");
-    if (!a.dry_run) TQ_CHECK_OK(StagingDir::check_dest(a.out, a.force));  // before the long pass
+  }
+  // (A --sensitivity table given was measured on the unscaled model: the preset leaves it be.)
+  const bool maybe = asked || (a.channel_scale.empty() && a.preset == "best" && !a.no_quantize &&
+                               !a.save_rotations && a.sensitivity.empty());
+  std::optional<QuantSpec> scale_spec;
+  std::optional<ConvertJob> pj;
+  if (maybe) {
     ConvertOptions probe;
     TQ_CHECK_OK(set_plan_flags(a, probe));
-    TQ_TRY(ConvertJob pj, prepare_convert(probe));
-    TQ_TRY(const QuantSpec spec, scale_search_spec(pj, a));
+    TQ_TRY(pj, prepare_convert(probe));
+    TQ_TRY(const QuantSpec spec, scale_search_spec(*pj, a));
+    const bool scalable = check_channel_scalable(pj->plan.config).ok();
+    if (asked || (scalable && spec.mode == QuantMode::kAffine && spec.bits <= 3)) scale_spec = spec;
+  }
+  if (scale_spec) {
+    recorded.channel_scale = "on";
+    if (!asked)
+      std::fprintf(stderr,
+                   "tq convert: --preset best: channel scaling on (%s; --channel-scale off skips "
+                   "it)\n",
+                   quant_spec_str(*scale_spec).c_str());
+    if (!a.dry_run && a.out.empty()) return err("-o/--output DST is required (or --dry-run)");
+    if (!a.dry_run) TQ_CHECK_OK(StagingDir::check_dest(a.out, a.force));  // before the long pass
+    const QuantSpec spec = *scale_spec;
     std::optional<RotationOptions> ro;
     if (a.rotate) {
       TQ_TRY(ro, rotation_options(a));
     }
     if (!a.dry_run) {
-      const DType dtype = dtype_flag(a.dtype).value_or(default_quantized_dtype(pj.source));
+      const DType dtype = dtype_flag(a.dtype).value_or(default_quantized_dtype(pj->source));
       TQ_TRY(ScaledSource ss, scaled_source(a.src, ro, spec, dtype, a.gptq));
       scaled_record = ss.record;
       origin = a.src;
@@ -500,10 +521,11 @@ const bool kRegistered = register_verb({
                      "--target-bpw/--target-size or --bits; docs/GPTQ.md)")
           ->check(CLI::IsMember({"best"}));
       add_gptq_flags(app, &a->gptq);
-      app.add_flag(
-          "--channel-scale", a->channel_scale,
-          "scale input channels by activation size (folded exactly into the norms and "
-          "up_proj) before quantizing; measured on the --calib text (docs/CHANNEL_SCALE.md)");
+      app.add_option("--channel-scale", a->channel_scale,
+                     "on: scale input channels by activation size (folded exactly into the norms "
+                     "and up_proj) before quantizing, measured on the --calib text; off (default; "
+                     "--preset best: on at 3 bits and below; docs/CHANNEL_SCALE.md)")
+          ->check(CLI::IsMember({"on", "off"}));
       app.add_flag("--no-quantize", a->no_quantize,
                    "write every tensor float (with --rotate-weights: the folded float model)");
       auto* rot = app.add_flag("--rotate-weights", a->rotate,

@@ -123,6 +123,7 @@ def test_channel_scale_refusals(tq_bin, tmp_path, cfg, args, needles):
                             ("down", CFG["hidden_size"])):
                 tensors[f"model.layers.{l}.mlp.{n}_proj.bias"] = np.zeros(rows, np.float32)
         (src / "model.safetensors").write_bytes(safetensors_bytes(tensors, {"format": "pt"})[0])
-    res, _ = run_tq(tq_bin, "convert", src, "-o", tmp_path / "out", "--channel-scale", *args)
+    res, _ = run_tq(tq_bin, "convert", src, "-o", tmp_path / "out", "--channel-scale", "on",
+                    *args)
     assert_one_line_error(res, *needles)
     assert not (tmp_path / "out").exists()

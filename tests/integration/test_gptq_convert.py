@@ -232,3 +232,30 @@ def test_tied_head_by_gptq(tq_bin, model, tmp_path):
     loaded, _ = load(str(tied))
     assert compute_bits_per_weight(loaded) == pytest.approx(meta["size"]["bpw"], rel=1e-12)
     del mlx_lm
+
+
+def test_preset_best_scales_channels_at_three_bits_only(tq_bin, model, tmp_path):
+    """--preset best turns channel scaling on where it measured better under GPTQ (3 bits and
+    below), records it, and leaves it off at 4 bits; --channel-scale off overrides it."""
+    src, calib = model
+    common = ["--preset", "best", "--group-size", "32",
+              *[a for c in calib for a in ("--calib", str(c))], "--calib-tokens", "4096",
+              "--calib-seq-len", "128", "--no-timings"]
+
+    def run(dst, *extra):
+        r = subprocess.run([tq_bin, "convert", str(src), "-o", str(dst), *common, *extra],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr
+        return r.stderr, json.loads((dst / "tq_metadata.json").read_text())
+
+    err, meta = run(tmp_path / "b3", "--bits", "3")
+    assert "--preset best: channel scaling on (affine 3-bit g32" in err, err
+    assert meta["options"]["channel_scale"] == "on"
+    assert meta["source"]["path"] == str(src)
+    kinds = [t.get("transform") for t in meta["transforms"]]
+    assert kinds == ["rotation_fold", "channel_scale"], kinds
+    assert meta["quantizer"]["method"] == "gptq"
+    for bits, extra in ((4, []), (3, ["--channel-scale", "off"])):
+        err, meta = run(tmp_path / f"b{bits}{len(extra)}", "--bits", str(bits), *extra)
+        assert "channel scaling" not in err, err
+        assert [t.get("transform") for t in meta["transforms"]] == ["rotation_fold"]

@@ -46,12 +46,13 @@ def test_channel_scale_rtn(tq_bin, smollm2):
     src, windows, ref, work = smollm2
     plain, scaled = work / "rtn4", work / "cs4"
     run([tq_bin, "convert", src, "-o", plain, "--bits", "4", "--no-timings"])
-    err = run([tq_bin, "convert", src, "-o", scaled, "--bits", "4", "--channel-scale", *CALIB])
+    err = run([tq_bin, "convert", src, "-o", scaled, "--bits", "4", "--channel-scale", "on",
+               *CALIB])
     assert "channel scaling: alpha searched at affine 4-bit g64 on 8 rows x 512 tokens" in err, err
     assert "channel scaling: layer 30/30" in err, err
     meta = json.loads((scaled / "tq_metadata.json").read_text())
     assert meta["source"]["path"] == str(src)
-    assert meta["options"]["channel_scale"] is True
+    assert meta["options"]["channel_scale"] == "on"
     cs = [t for t in meta["transforms"] if t.get("transform") == "channel_scale"]
     assert len(cs) == 1 and cs[0]["spec"] == "affine 4-bit g64" and cs[0]["rows"] == 8
     for point in ("attn", "mlp", "down"):
@@ -74,7 +75,8 @@ def test_channel_scale_rtn(tq_bin, smollm2):
 
     # A rerun reuses the prepared model and writes the same bytes.
     again = work / "cs4b"
-    err = run([tq_bin, "convert", src, "-o", again, "--bits", "4", "--channel-scale", *CALIB])
+    err = run([tq_bin, "convert", src, "-o", again, "--bits", "4", "--channel-scale", "on",
+               *CALIB])
     assert "channel scaling: reusing" in err, err
     for f in scaled.glob("*.safetensors"):
         assert (again / f.name).read_bytes() == f.read_bytes(), f.name
@@ -84,7 +86,7 @@ def test_channel_scale_after_rotation_keeps_the_function(tq_bin, smollm2):
     src, windows, ref, work = smollm2
     out = work / "rot_cs"
     run([tq_bin, "convert", src, "-o", out, "--bits", "4", "--rotate-weights", "--r1", "none",
-         "--channel-scale", *CALIB])
+         "--channel-scale", "on", *CALIB])
     meta = json.loads((out / "tq_metadata.json").read_text())
     kinds = [t.get("transform") for t in meta["transforms"]]
     assert kinds == ["rotation_fold", "channel_scale"], meta["transforms"]
