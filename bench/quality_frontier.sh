@@ -78,8 +78,8 @@ for t in $TARGETS; do
       --bits "$b" --group-size "$g" --dtype bf16 --calib-save "$CALIB"
   fi
   if has ours-cs; then
-    row "tq --bits $b --group-size $g --channel-scale" "$OUT/tq-cs-b$b-g$g" -- --bits "$b" \
-      --group-size "$g" --channel-scale --dtype bf16
+    row "tq --bits $b --group-size $g --channel-scale on" "$OUT/tq-cs-b$b-g$g" -- --bits "$b" \
+      --group-size "$g" --channel-scale on --dtype bf16
   fi
   if has rtn; then
     peer "mlx_lm.convert $b-bit g$g" "$OUT/mlx-rtn-b$b-g$g" "$PY" -m mlx_lm convert \

@@ -20,7 +20,6 @@
 #include "cli/sensitivity_progress.h"
 #include "cli/verb.h"
 #include "convert/allocate_convert.h"
-#include "convert/channel_scale_run.h"
 #include "convert/convert.h"
 #include "convert/convert_db.h"
 #include "convert/fold_float.h"
@@ -231,47 +230,27 @@ Result<QuantSpec> scale_search_spec(const ConvertJob& job, const ConvertArgs& a)
 
 Status run_convert_verb(const ConvertArgs& args) {
   TQ_TRY(ConvertArgs a, apply_preset(args));
-  ConvertArgs recorded = a;
-  // Channel scaling: the conversion quantizes the scaled (and rotated) float model instead.
-  // --preset best turns it on where it measured better under GPTQ: at 3 bits and below.
+  const ConvertArgs recorded = a;
+  // --channel-scale on: the conversion quantizes the scaled (and rotated) float model instead.
   nlohmann::json scaled_record;
   std::string origin;
-  const bool asked = a.channel_scale == "on";
-  if (asked) {
+  if (a.channel_scale == "on") {
     if (a.no_quantize)
       return err("--channel-scale prepares a model for quantization; drop --no-quantize");
     if (a.save_rotations)
       return err("--save-rotations is not kept through --channel-scale; drop one of them");
-  }
-  // (A --sensitivity table given was measured on the unscaled model: the preset leaves it be.)
-  const bool maybe = asked || (a.channel_scale.empty() && a.preset == "best" && !a.no_quantize &&
-                               !a.save_rotations && a.sensitivity.empty());
-  std::optional<QuantSpec> scale_spec;
-  std::optional<ConvertJob> pj;
-  if (maybe) {
-    ConvertOptions probe;
-    TQ_CHECK_OK(set_plan_flags(a, probe));
-    TQ_TRY(pj, prepare_convert(probe));
-    TQ_TRY(const QuantSpec spec, scale_search_spec(*pj, a));
-    const bool scalable = check_channel_scalable(pj->plan.config).ok();
-    if (asked || (scalable && spec.mode == QuantMode::kAffine && spec.bits <= 3)) scale_spec = spec;
-  }
-  if (scale_spec) {
-    recorded.channel_scale = "on";
-    if (!asked)
-      std::fprintf(stderr,
-                   "tq convert: --preset best: channel scaling on (%s; --channel-scale off skips "
-                   "it)\n",
-                   quant_spec_str(*scale_spec).c_str());
     if (!a.dry_run && a.out.empty()) return err("-o/--output DST is required (or --dry-run)");
     if (!a.dry_run) TQ_CHECK_OK(StagingDir::check_dest(a.out, a.force));  // before the long pass
-    const QuantSpec spec = *scale_spec;
+    ConvertOptions probe;
+    TQ_CHECK_OK(set_plan_flags(a, probe));
+    TQ_TRY(ConvertJob pj, prepare_convert(probe));
+    TQ_TRY(const QuantSpec spec, scale_search_spec(pj, a));
     std::optional<RotationOptions> ro;
     if (a.rotate) {
       TQ_TRY(ro, rotation_options(a));
     }
     if (!a.dry_run) {
-      const DType dtype = dtype_flag(a.dtype).value_or(default_quantized_dtype(pj->source));
+      const DType dtype = dtype_flag(a.dtype).value_or(default_quantized_dtype(pj.source));
       TQ_TRY(ScaledSource ss, scaled_source(a.src, ro, spec, dtype, a.gptq));
       scaled_record = ss.record;
       origin = a.src;
@@ -524,7 +503,7 @@ const bool kRegistered = register_verb({
       app.add_option("--channel-scale", a->channel_scale,
                      "on: scale input channels by activation size (folded exactly into the norms "
                      "and up_proj) before quantizing, measured on the --calib text; off (default; "
-                     "--preset best: on at 3 bits and below; docs/CHANNEL_SCALE.md)")
+                     "docs/CHANNEL_SCALE.md)")
           ->check(CLI::IsMember({"on", "off"}));
       app.add_flag("--no-quantize", a->no_quantize,
                    "write every tensor float (with --rotate-weights: the folded float model)");

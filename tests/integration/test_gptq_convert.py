@@ -234,11 +234,12 @@ def test_tied_head_by_gptq(tq_bin, model, tmp_path):
     del mlx_lm
 
 
-def test_preset_best_scales_channels_at_three_bits_only(tq_bin, model, tmp_path):
-    """--preset best turns channel scaling on where it measured better under GPTQ (3 bits and
-    below), records it, and leaves it off at 4 bits; --channel-scale off overrides it."""
+def test_channel_scale_with_gptq_and_the_preset(tq_bin, model, tmp_path):
+    """--preset best leaves channel scaling off (under GPTQ it measured within ±5%, either
+    sign, by width); --channel-scale on composes with it: rotation folded, then the scales,
+    then GPTQ on the scaled model, the user's source recorded."""
     src, calib = model
-    common = ["--preset", "best", "--group-size", "32",
+    common = ["--preset", "best", "--bits", "3", "--group-size", "32",
               *[a for c in calib for a in ("--calib", str(c))], "--calib-tokens", "4096",
               "--calib-seq-len", "128", "--no-timings"]
 
@@ -248,14 +249,13 @@ def test_preset_best_scales_channels_at_three_bits_only(tq_bin, model, tmp_path)
         assert r.returncode == 0, r.stderr
         return r.stderr, json.loads((dst / "tq_metadata.json").read_text())
 
-    err, meta = run(tmp_path / "b3", "--bits", "3")
-    assert "--preset best: channel scaling on (affine 3-bit g32" in err, err
+    err, meta = run(tmp_path / "plain")
+    assert "channel scaling" not in err, err
+    assert [t.get("transform") for t in meta["transforms"]] == ["rotation_fold"]
+    err, meta = run(tmp_path / "scaled", "--channel-scale", "on")
+    assert "channel scaling: alpha searched at affine 3-bit g32 on 32 rows x 128 tokens" in err
     assert meta["options"]["channel_scale"] == "on"
     assert meta["source"]["path"] == str(src)
-    kinds = [t.get("transform") for t in meta["transforms"]]
-    assert kinds == ["rotation_fold", "channel_scale"], kinds
+    assert [t.get("transform") for t in meta["transforms"]] == ["rotation_fold", "channel_scale"]
     assert meta["quantizer"]["method"] == "gptq"
-    for bits, extra in ((4, []), (3, ["--channel-scale", "off"])):
-        err, meta = run(tmp_path / f"b{bits}{len(extra)}", "--bits", str(bits), *extra)
-        assert "channel scaling" not in err, err
-        assert [t.get("transform") for t in meta["transforms"]] == ["rotation_fold"]
+    assert meta["quantizer"]["guards"]["modules"] == 43  # 42 in the layers + the tied head
