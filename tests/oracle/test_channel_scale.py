@@ -8,7 +8,6 @@ import json
 import pathlib
 import subprocess
 
-import numpy as np
 import pytest
 
 pytest.importorskip("mlx.core")
@@ -87,6 +86,7 @@ def test_channel_scale_after_rotation_keeps_the_function(tq_bin, smollm2):
     out = work / "rot_cs"
     run([tq_bin, "convert", src, "-o", out, "--bits", "4", "--rotate-weights", "--r1", "none",
          "--channel-scale", "on", *CALIB])
+    assert json.loads((out / "config.json").read_text())["quantization"]["bits"] == 4
     meta = json.loads((out / "tq_metadata.json").read_text())
     kinds = [t.get("transform") for t in meta["transforms"]]
     assert kinds == ["rotation_fold", "channel_scale"], meta["transforms"]
@@ -95,5 +95,3 @@ def test_channel_scale_after_rotation_keeps_the_function(tq_bin, smollm2):
     kl, flips = parity(ref, reference_subprocess(prepared, windows, [], 0, work / "mlx_rp")[0])
     print(f"rotated + scaled f32 vs source: mean KL {kl:.2e}")
     assert kl < 1e-6 and flips == 0
-    got = reference_subprocess(out, windows, [], 0, work / "mlx_rq")[0]
-    assert np.isfinite(np.concatenate(got)).all()
