@@ -243,9 +243,8 @@ Result<ChannelScales> measure(const std::string& source, const std::optional<Rot
 
 Status write_scaled_float(const std::string& source, const std::optional<RotationOptions>& ro,
                           const CalibSet& calib, const ChannelScaleOptions& o,
-                          const std::string& dest, ChannelScales* out) {
+                          const std::string& dest) {
   TQ_TRY(ChannelScales scales, measure(source, ro, calib, o));
-  if (out) *out = scales;
   TQ_TRY(ModelSource src, open_model(source));
   TQ_TRY(OwnedRotation rot, rotation_for(source, ro));
   ChannelScaleTransform cs(src.config, std::move(scales));

@@ -69,9 +69,9 @@ class ChannelScaleTransform : public WeightTransform {
 };
 
 // source -> (rotation) -> channel scales measured on `calib` -> f32 model at dest (replaced if
-// present, published atomically). *out (when given) receives the scales.
+// present, published atomically); the scales' summary goes into its tq_metadata.json.
 Status write_scaled_float(const std::string& source, const std::optional<RotationOptions>& ro,
                           const CalibSet& calib, const ChannelScaleOptions& o,
-                          const std::string& dest, ChannelScales* out = nullptr);
+                          const std::string& dest);
 
 }  // namespace tq
