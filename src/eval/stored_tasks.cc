@@ -82,7 +82,9 @@ std::optional<StoredTask> find_stored_task(const std::vector<RunRecord>& runs, c
       const std::optional<std::string>& fp =
           base ? run->base_fingerprint : std::optional<std::string>(run->model_fingerprint);
       if (!fp || *fp != key.fingerprint) continue;
-      if (!is_string(field(run->result, base ? "base_runtime" : "runtime"), key.runtime)) continue;
+      if (!key.runtime.empty() &&
+          !is_string(field(run->result, base ? "base_runtime" : "runtime"), key.runtime))
+        continue;
       const json* tasks = field(run->result, "tasks");
       if (!tasks || !tasks->is_array()) continue;
       for (const json& j : *tasks) {

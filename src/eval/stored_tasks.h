@@ -25,7 +25,7 @@ struct StoredTask {
 // What an eval run must match to stand for scoring task `t` again.
 struct StoredTaskKey {
   std::string fingerprint;  // the model's, as the run's model or as its base
-  std::string runtime;      // Transformer::runtime_name() of that side
+  std::string runtime;      // Transformer::runtime_name() of that side; empty: any
   std::string protocol;     // task_protocol() of the task on that model
   std::string items_sha256;
 };

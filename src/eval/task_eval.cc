@@ -29,12 +29,16 @@ struct Arm {
   std::unique_ptr<ChoiceScorer> scorer;
 };
 
+int64_t arm_max_len(const ModelSource& src) {
+  return src.config.max_position_embeddings > 0 ? src.config.max_position_embeddings
+                                                : kDefaultMaxLen;
+}
+
 Result<std::unique_ptr<Arm>> open_arm(const std::string& path, const TaskEvalRequest& r) {
   auto a = std::make_unique<Arm>();
   TQ_TRY(a->m, open_eval_model(path));
   TQ_TRY(a->chat, load_model_chat(a->m.src));
-  if (a->m.src.config.max_position_embeddings > 0)
-    a->max_len = a->m.src.config.max_position_embeddings;
+  a->max_len = arm_max_len(a->m.src);
   TQ_CHECK_OK(a->m.load_weights(r.show_progress, r.runtime));
   a->scorer = std::make_unique<ChoiceScorer>(*a->m.net, *a->m.tokenizer, a->max_len);
   return a;
@@ -264,6 +268,20 @@ Result<TaskEvalResult> run_task_eval(const TaskEvalRequest& r) {
     mine_total += (rr.end - rr.begin) * arms;
   }
   auto tick = [&] { progress.update(++done, mine_total); };
+  // The candidate's stored tasks are known for sure only once it is loaded, after the base: so
+  // that the base's ETA does not count them, they are looked up first by fingerprint, protocol
+  // and items (any runtime), and the count corrected when the candidate opens.
+  std::vector<bool> model_expected_stored(tasks.size(), false);
+  if (r.reuse && !r.base.empty()) {
+    TQ_TRY(EvalModel peek, open_eval_model(r.model, false));
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      const Task& t = tasks[i];
+      const std::string protocol = task_protocol(t, r.options, arm_max_len(peek.src));
+      if (!find_stored_task(stored, t, {peek.fingerprint, "", protocol, digests[i]})) continue;
+      model_expected_stored[i] = true;
+      mine_total -= int64_t(t.items.size());
+    }
+  }
   // One side's scores of every task: read back where stored, else scored.
   struct Side {
     std::vector<TaskScores> scores;
@@ -271,7 +289,8 @@ Result<TaskEvalResult> run_task_eval(const TaskEvalRequest& r) {
     std::vector<std::string> protocols;
     std::vector<double> seconds;
   };
-  auto score_side = [&](Arm& a) -> Result<Side> {
+  // `expected_stored`: the tasks whose items mine_total already leaves out.
+  auto score_side = [&](Arm& a, const std::vector<bool>& expected_stored) -> Result<Side> {
     Side s;
     const std::string runtime = a.m.net->runtime_name();
     for (size_t i = 0; i < tasks.size(); ++i) {
@@ -283,12 +302,13 @@ Result<TaskEvalResult> run_task_eval(const TaskEvalRequest& r) {
         if (r.show_progress)
           fmt::print(stderr, "eval: {} on {}: the results of run #{} ({})\n", t.name, a.m.path,
                      hit->run_id, hit->time_utc);
-        mine_total -= int64_t(t.items.size());
+        if (!expected_stored[i]) mine_total -= int64_t(t.items.size());
         s.scores.push_back(hit->scores);
         s.reused.push_back(hit->run_id);
         s.seconds.push_back(0);
         continue;
       }
+      if (expected_stored[i]) mine_total += int64_t(t.items.size());
       ProgressLine clock("", 0, false);
       TQ_TRY(std::vector<ItemResult> items, score_items(a, t, comm, r.batch, tick));
       s.seconds.push_back(clock.elapsed_s());
@@ -304,13 +324,13 @@ Result<TaskEvalResult> run_task_eval(const TaskEvalRequest& r) {
     out.base = b->m.path;
     out.base_fingerprint = b->m.fingerprint;
     out.base_runtime = b->m.net->runtime_name();
-    TQ_TRY(base, score_side(*b));
+    TQ_TRY(base, score_side(*b, std::vector<bool>(tasks.size(), false)));
   }
   TQ_TRY(std::unique_ptr<Arm> a, open_arm(r.model, r));
   out.model = a->m.path;
   out.model_fingerprint = a->m.fingerprint;
   out.runtime = a->m.net->runtime_name();
-  TQ_TRY(Side model, score_side(*a));
+  TQ_TRY(Side model, score_side(*a, model_expected_stored));
   for (size_t i = 0; i < tasks.size(); ++i) {
     const Task& t = tasks[i];
     TaskResult tr;

@@ -67,8 +67,10 @@ def test_channel_scale_rtn(tq_bin, smollm2):
     # Same bytes as plain RTN, closer to the source (plain 4-bit g64 sits near 0.4 here).
     assert sum(f.stat().st_size for f in plain.glob("*.safetensors")) == \
         sum(f.stat().st_size for f in scaled.glob("*.safetensors"))
-    kl_plain, _ = parity(ref, reference_subprocess(plain, windows, [], 0, work / "mlx_plain")[0])
-    kl_cs, _ = parity(ref, reference_subprocess(scaled, windows, [], 0, work / "mlx_cs")[0])
+    # One window: mlx's CPU backend runs quantized matmuls at ~10 tokens/s.
+    one = windows[:1]
+    kl_plain, _ = parity(ref[:1], reference_subprocess(plain, one, [], 0, work / "mlx_plain")[0])
+    kl_cs, _ = parity(ref[:1], reference_subprocess(scaled, one, [], 0, work / "mlx_cs")[0])
     print(f"4-bit g64 mean KL: plain {kl_plain:.4f}, channel-scaled {kl_cs:.4f}")
     assert kl_cs < 0.85 * kl_plain, (kl_cs, kl_plain)
 

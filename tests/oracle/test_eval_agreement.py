@@ -12,6 +12,7 @@ error line. TQ_EVAL_ITEMS=N changes the items per task (default 2).
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -155,6 +156,12 @@ def test_reuse_reads_stored_tasks_back(f32, tmp_path):
     # Other items, another runtime: scored again.
     other, _ = ev(GGUF, "--task", "piqa", "--reuse", seed=4)
     assert "reused_run" not in other["piqa"]
+    # Paired with a base scored fresh, the stored candidate is left out of the count from the
+    # start, so the base's progress (and its ETA) counts its own 5 items only.
+    paired, err = ev("--base", f32, GGUF, "--task", "piqa", "--reuse", seed=4)
+    assert paired["piqa"]["reused_run"] > 0 and "base_reused_run" not in paired["piqa"], err
+    counts = re.findall(r"^eval: (\d+)/(\d+) items", err, re.M)
+    assert counts and {total for _, total in counts} == {"5"}, err
     other, _ = ev(GGUF, "--task", "piqa", "--reuse", "--threads", 1)
     assert "reused_run" not in other["piqa"]
     # The fingerprint follows the bytes: the same file elsewhere is the same model, one bit
