@@ -37,6 +37,11 @@ int main(int argc, char** argv) {
   if (!src.ok()) return std::fprintf(stderr, "%s\n", src.error().message.c_str()), 1;
   RuntimeOptions o;
   o.batch_invariant = true;
+  // TQ_PREPACK=on|off as the verbs read it (default auto).
+  if (const char* e = std::getenv("TQ_PREPACK"))
+    o.prepack = std::string(e) == "on"    ? Prepack::kOn
+                : std::string(e) == "off" ? Prepack::kOff
+                                          : Prepack::kAuto;
   auto model = Transformer::load(*src, o);
   if (!model.ok()) return std::fprintf(stderr, "%s\n", model.error().message.c_str()), 1;
   const Transformer& t = **model;

@@ -30,6 +30,7 @@ struct BenchCliOptions {
   RuntimeOptions runtime;
   SpecOptions spec;
   std::string spec_prompts;
+  bool spec_ignore_eos = false;
 };
 
 // --spec-prompts: one prompt per line, a JSON string or an object with a "prompt" field.
@@ -72,8 +73,11 @@ Result<nlohmann::json> run_spec_part(const BenchCliOptions& o,
     labels.push_back(label);
   }
   TQ_TRY(SpeculatorFactory make, make_speculator_factory(o.spec, net, tok, o.runtime));
+  // Answers end where the chat template's end tokens say, as in tq generate --chat.
+  const std::vector<int32_t> eos =
+      prompter && !o.spec_ignore_eos ? end_token_ids(chat, tok) : std::vector<int32_t>();
   TQ_TRY(eval::SpecBenchResult r,
-         eval::run_spec_bench(net, tok, prompts, labels, o.bench.gen, o.bench.repeat, make,
+         eval::run_spec_bench(net, tok, prompts, labels, o.bench.gen, eos, o.bench.repeat, make,
                               [&](int64_t d, int64_t t) {
                                 if (!o.json)
                                   fmt::print(stderr, "\rbench: speculation run {}/{}", d, t),
@@ -82,14 +86,15 @@ Result<nlohmann::json> run_spec_part(const BenchCliOptions& o,
   if (!o.json) {
     fmt::print(stderr, "\n");
     fmt::print(
-        "speculation ({}, --spec-k {}): greedy decode of {} tokens, plain and speculative "
+        "speculation ({}, --spec-k {}): greedy decode of {} {} tokens, plain and speculative "
         "alternated, the same tokens\n",
-        r.proposer, o.spec.k, o.bench.gen);
-    fmt::print("{:<42} {:>11} {:>11} {:>7} {:>11} {:>10}\n", "prompt", "plain tok/s", "spec tok/s",
-               "ratio", "acceptance", "tok/fwd");
+        r.proposer, o.spec.k, eos.empty() ? "exactly" : "up to", o.bench.gen);
+    fmt::print("{:<42} {:>6} {:>11} {:>11} {:>7} {:>11} {:>10}\n", "prompt", "tokens",
+               "plain tok/s", "spec tok/s", "ratio", "acceptance", "tok/fwd");
     for (const eval::SpecBenchPrompt& p : r.prompts)
-      fmt::print("{:<42} {:>11.1f} {:>11.1f} {:>7.2f} {:>11.2f} {:>10.2f}\n", p.label,
-                 p.plain_tok_s, p.spec_tok_s, p.spec_tok_s / p.plain_tok_s, p.stats.acceptance(),
+      fmt::print("{:<42} {:>6} {:>11.1f} {:>11.1f} {:>7.2f} {:>11.2f} {:>10.2f}\n", p.label,
+                 p.tokens, p.plain_tok_s, p.spec_tok_s,
+                 p.plain_tok_s > 0 ? p.spec_tok_s / p.plain_tok_s : 0.0, p.stats.acceptance(),
                  p.stats.tokens_per_step());
     fmt::print("median over prompts: {:.1f} vs {:.1f} tok/s ({:.2f}x)\n", r.plain_tok_s,
                r.spec_tok_s, r.spec_tok_s / r.plain_tok_s);
@@ -173,6 +178,9 @@ const bool kRegistered = register_verb(
        add_db_flags(app, &o->db);
        add_runtime_flags(app, &o->runtime);
        add_spec_flags(app, &o->spec);
+       app.add_flag("--spec-ignore-eos", o->spec_ignore_eos,
+                    "with --lookup/--draft: decode exactly --gen tokens after each prompt, past "
+                    "the answer's end token");
        app.add_option("--spec-prompts", o->spec_prompts,
                       "with --lookup/--draft: prompts (JSONL: a string or {\"prompt\": ...} per "
                       "line; default: three copy-heavy and three open-ended built in)");

@@ -38,20 +38,22 @@ struct Run {
 };
 
 Result<Run> decode(const Transformer& t, const Tokenizer& tok, const std::vector<int32_t>& prompt,
-                   int64_t gen, Speculator* spec) {
+                   int64_t gen, const std::vector<int32_t>& eos, Speculator* spec) {
   const int64_t vocab = t.config().vocab_size, k = spec ? spec->max_k() : 0;
   KvCache cache = t.new_cache(static_cast<int64_t>(prompt.size()) + gen + k);
   std::vector<float> logits(static_cast<size_t>((k + 1) * vocab));
   TQ_CHECK_OK(t.forward(prompt, cache, std::span(logits).first(vocab), false));
-  // No end tokens: every run decodes exactly `gen` tokens.
-  Generation g(tok, {.max_tokens = gen});
+  Generation g(tok, {.eos = eos, .max_tokens = gen});
   std::vector<int32_t> history = prompt;
   const auto t0 = Clock::now();
   TQ_CHECK_OK(decode_loop(t, cache, g, &history, logits, spec, [](std::string_view) {}));
   const double s = std::chrono::duration<double>(Clock::now() - t0).count();
   Run r;
   r.tokens = g.tokens();
-  r.tok_s = s > 0 ? static_cast<double>(gen - 1) / s : 0;
+  // The first token came from the prompt's forward: the loop made the rest, and the end token
+  // when one came.
+  const auto made = static_cast<int64_t>(r.tokens.size()) - 1 + (g.eos_seen() ? 1 : 0);
+  r.tok_s = s > 0 && made > 0 ? static_cast<double>(made) / s : 0;
   if (spec) r.stats = spec->stats();
   return r;
 }
@@ -61,7 +63,8 @@ Result<Run> decode(const Transformer& t, const Tokenizer& tok, const std::vector
 Result<SpecBenchResult> run_spec_bench(const Transformer& t, const Tokenizer& tok,
                                        const std::vector<std::vector<int32_t>>& prompts,
                                        const std::vector<std::string>& labels, int64_t gen,
-                                       int repeat, const SpeculatorFactory& make_spec,
+                                       const std::vector<int32_t>& eos, int repeat,
+                                       const SpeculatorFactory& make_spec,
                                        const std::function<void(int64_t, int64_t)>& progress) {
   if (gen < 2) return err("bench: --gen must be >= 2 with speculation, got {}", gen);
   SpecBenchResult r;
@@ -73,15 +76,16 @@ Result<SpecBenchResult> run_spec_bench(const Transformer& t, const Tokenizer& to
     p.label = labels[i];
     std::vector<double> plain, fast;
     for (int rep = 0; rep < repeat; ++rep) {
-      TQ_TRY(Run a, decode(t, tok, prompts[i], gen, nullptr));
+      TQ_TRY(Run a, decode(t, tok, prompts[i], gen, eos, nullptr));
       TQ_TRY(std::unique_ptr<Speculator> spec,
              make_spec(static_cast<int64_t>(prompts[i].size()) + gen + Speculator::kMaxK));
       if (r.proposer.empty()) r.proposer = spec->proposer().name();
-      TQ_TRY(Run b, decode(t, tok, prompts[i], gen, spec.get()));
+      TQ_TRY(Run b, decode(t, tok, prompts[i], gen, eos, spec.get()));
       if (a.tokens != b.tokens)
         return err("bench: speculation changed the tokens of prompt '{}' (a bug: please report)",
                    p.label);
       plain.push_back(a.tok_s), fast.push_back(b.tok_s);
+      p.tokens = static_cast<int64_t>(a.tokens.size());
       p.stats.steps += b.stats.steps, p.stats.checks += b.stats.checks;
       p.stats.proposed += b.stats.proposed, p.stats.accepted += b.stats.accepted;
       p.stats.tokens += b.stats.tokens;
@@ -102,6 +106,7 @@ nlohmann::json spec_bench_json(const SpecBenchResult& r) {
                   {"plain_decode_tok_s", p.plain_tok_s},
                   {"spec_decode_tok_s", p.spec_tok_s},
                   {"ratio", p.plain_tok_s > 0 ? p.spec_tok_s / p.plain_tok_s : 0},
+                  {"tokens", p.tokens},
                   {"acceptance", p.stats.acceptance()},
                   {"tokens_per_forward", p.stats.tokens_per_step()}});
   return {{"proposer", r.proposer},

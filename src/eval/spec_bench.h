@@ -25,6 +25,7 @@ const std::vector<std::string>& default_spec_prompts();
 struct SpecBenchPrompt {
   std::string label;                       // the prompt's first words
   double plain_tok_s = 0, spec_tok_s = 0;  // medians over repeats
+  int64_t tokens = 0;                      // generated (the same in both arms)
   SpecStats stats;                         // summed over repeats
 };
 struct SpecBenchResult {
@@ -33,10 +34,13 @@ struct SpecBenchResult {
   double plain_tok_s = 0, spec_tok_s = 0;  // medians over prompts
 };
 
+// Each prompt decodes up to `gen` tokens, ending early at one of `eos` (an answer's end, as a
+// user gets it; empty: exactly `gen`).
 Result<SpecBenchResult> run_spec_bench(const Transformer& t, const Tokenizer& tok,
                                        const std::vector<std::vector<int32_t>>& prompts,
                                        const std::vector<std::string>& labels, int64_t gen,
-                                       int repeat, const SpeculatorFactory& make_spec,
+                                       const std::vector<int32_t>& eos, int repeat,
+                                       const SpeculatorFactory& make_spec,
                                        const std::function<void(int64_t, int64_t)>& progress);
 
 nlohmann::json spec_bench_json(const SpecBenchResult& r);

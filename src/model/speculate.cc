@@ -14,6 +14,7 @@ Result<std::vector<int32_t>> LookupProposer::propose(std::span<const int32_t> hi
   std::vector<int32_t> out;
   const int64_t len = static_cast<int64_t>(history.size());
   if (k <= 0) return out;
+  matched_ = 0;
   for (int64_t n = std::min<int64_t>(max_, len - 1); n >= min_; --n) {
     const auto suffix = history.subspan(static_cast<size_t>(len - n));
     // Latest earlier occurrence with at least one token after it.
@@ -21,6 +22,7 @@ Result<std::vector<int32_t>> LookupProposer::propose(std::span<const int32_t> hi
       if (!std::equal(suffix.begin(), suffix.end(), history.begin() + j)) continue;
       const int64_t from = j + n, to = std::min<int64_t>(from + k, len);
       out.assign(history.begin() + from, history.begin() + to);
+      matched_ = static_cast<int>(n);
       return out;
     }
   }
@@ -119,7 +121,8 @@ Speculator::Speculator(std::unique_ptr<Proposer> p, int max_k, std::shared_ptr<S
 
 int Speculator::choose_k() const {
   // Acceptance per proposal, with a prior of one hit and one miss.
-  return choose_k((hit_ + 1.0) / (hit_ + miss_ + 2.0));
+  const auto e = static_cast<size_t>(evidence_);
+  return choose_k((hit_[e] + 1.0) / (hit_[e] + miss_[e] + 2.0));
 }
 
 int Speculator::choose_k(double a) const {
@@ -141,15 +144,27 @@ Result<std::vector<int32_t>> Speculator::next(std::span<const int32_t> history, 
   // A plain step now and then measures what checks are compared with (a draft always has
   // proposals, so its plain steps would otherwise never be timed).
   const bool measure = costs_->seconds(1) == 0 || steps_ % 64 == 0;
-  int k = measure ? 0 : choose_k();
+  if (measure) return std::vector<int32_t>();
+  std::vector<int32_t> found;
+  if (p_->free()) {
+    // Found first, so the check's size follows how these were found.
+    TQ_TRY(found, p_->propose(history, static_cast<int>(std::min<int64_t>(max_k_, room))));
+    if (found.empty()) return found;
+    evidence_ = std::clamp(p_->evidence(), 0, Proposer::kEvidence - 1);
+  }
+  int k = choose_k();
   // A probe: has acceptance come back? Rarely where the measured costs say checks would not pay
   // even if every proposal were taken (learned once for every sequence of the process).
-  if (k == 0 && !measure && ++idle_ >= probe_every_ && (idle_ >= 256 || choose_k(1.0) > 0)) {
+  if (k == 0 && ++idle_ >= probe_every_ && (idle_ >= 256 || choose_k(1.0) > 0)) {
     k = 1;
     probe_ = true;
   }
   k = static_cast<int>(std::min<int64_t>(k, room));
   if (k <= 0) return std::vector<int32_t>();
+  if (p_->free()) {
+    found.resize(std::min(found.size(), static_cast<size_t>(k)));
+    return found;
+  }
   return p_->propose(history, k);
 }
 
@@ -157,8 +172,9 @@ void Speculator::record(int proposed, int accepted, int produced, double seconds
   costs_->record(proposed + 1, seconds - (proposed > 0 ? p_->catch_up_seconds() : 0.0));
   if (proposed > 0) {
     idle_ = 0;
-    hit_ = 0.95 * hit_ + accepted;
-    miss_ = 0.95 * miss_ + (accepted < proposed ? 1.0 : 0.0);
+    const auto e = static_cast<size_t>(evidence_);
+    hit_[e] = 0.95 * hit_[e] + accepted;
+    miss_[e] = 0.95 * miss_[e] + (accepted < proposed ? 1.0 : 0.0);
     // Probes that do not bring checks back come further apart (up to every 256 steps), at once
     // when checks would not pay even if every proposal were taken (a draft about as slow as
     // its target); one that brings them back resets them.

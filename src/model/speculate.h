@@ -31,19 +31,28 @@ class Proposer {
   // Seconds the last propose() spent reading the prompt (a draft's first forward): a one-off,
   // left out of what a check costs.
   virtual double catch_up_seconds() const { return 0; }
+  // Proposals cost nothing to make: the speculator asks for the most it may check, then sizes
+  // the check by the acceptance of proposals found the same way (evidence(), below kEvidence).
+  virtual bool free() const { return false; }
+  virtual int evidence() const { return 0; }
+  static constexpr int kEvidence = 8;
 };
 
 // Prompt lookup: the longest suffix of the history (max_ngram down to min_ngram tokens) that
-// occurred before, latest occurrence first; proposes what followed it. Free to compute.
+// occurred before, latest occurrence first; proposes what followed it. Free to compute; its
+// evidence is the matched length (a one-token match is taken far less often than a 4-gram).
 class LookupProposer final : public Proposer {
  public:
-  explicit LookupProposer(int min_ngram = 2, int max_ngram = 4)
-      : min_(min_ngram), max_(max_ngram) {}
+  explicit LookupProposer(int min_ngram = 1, int max_ngram = 4)
+      : min_(min_ngram), max_(std::min(max_ngram, kEvidence - 1)) {}
   Result<std::vector<int32_t>> propose(std::span<const int32_t> history, int k) override;
   std::string name() const override { return "lookup"; }
+  bool free() const override { return true; }
+  int evidence() const override { return matched_; }
 
  private:
   int min_, max_;
+  int matched_ = 0;  // n-gram length behind the last proposals
 };
 
 // A smaller model's greedy continuation. It keeps its own cache of the history it has read and
@@ -119,7 +128,7 @@ class Speculator {
   const StepCosts& costs() const { return *costs_; }
 
  private:
-  int choose_k() const;          // at the running acceptance rate
+  int choose_k() const;          // at the running acceptance rate of evidence_
   int choose_k(double a) const;  // at acceptance a
   std::unique_ptr<Proposer> p_;
   int max_k_;
@@ -127,8 +136,10 @@ class Speculator {
   int idle_ = 0;  // plain steps in a row since a check
   int probe_every_ = 16;
   bool probe_ = false;
-  int64_t steps_ = 0;          // next() calls
-  double hit_ = 0, miss_ = 0;  // decayed counts of accepted / first-rejected proposals
+  int64_t steps_ = 0;  // next() calls
+  // Decayed counts of accepted / first-rejected proposals, per evidence of the proposer.
+  std::array<double, Proposer::kEvidence> hit_{}, miss_{};
+  int evidence_ = 0;  // of the proposals last handed out
   std::shared_ptr<StepCosts> costs_;
   SpecStats stats_;
 };

@@ -38,6 +38,48 @@ TEST(LookupProposer, ProposesWhatFollowedTheLatestLongestMatch) {
   EXPECT_TRUE(propose(p, {1, 2, 1, 2}, 0).empty());
   // A run repeats itself.
   EXPECT_EQ(propose(p, {6, 6, 6, 6}, 3), (std::vector<int32_t>{6}));
+  EXPECT_EQ(p.evidence(), 3);
+  // The default takes one-token matches too, and says so.
+  LookupProposer one;
+  EXPECT_EQ(propose(one, {1, 2, 3, 4, 1}, 2), (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(one.evidence(), 1);
+  EXPECT_EQ(propose(one, {5, 7, 8, 3, 7, 8, 4, 5, 7, 8}, 1), (std::vector<int32_t>{3}));
+  EXPECT_EQ(one.evidence(), 3);
+  EXPECT_TRUE(propose(one, {1, 2, 3}, 2).empty());
+  EXPECT_EQ(one.evidence(), 0);
+}
+
+// A free proposer whose proposals alternate between two kinds of evidence: those of evidence 4
+// are always right, those of evidence 1 never.
+class TwoKinds final : public Proposer {
+ public:
+  Result<std::vector<int32_t>> propose(std::span<const int32_t>, int k) override {
+    good_ = !good_;
+    return std::vector<int32_t>(static_cast<size_t>(k), 1);
+  }
+  std::string name() const override { return "two kinds"; }
+  bool free() const override { return true; }
+  int evidence() const override { return good_ ? 4 : 1; }
+  bool good_ = false;
+};
+
+// Checks are sized per evidence: the right kind's grow, the wrong kind's stop (but for probes).
+TEST(Speculator, SizesChecksByTheEvidenceBehindTheProposals) {
+  auto proposer = std::make_unique<TwoKinds>();
+  const TwoKinds* kinds = proposer.get();
+  Speculator s(std::move(proposer), 8);
+  const std::vector<int32_t> h = {1, 2, 3};
+  int64_t good = 0, bad = 0;
+  for (int i = 0; i < 400; ++i) {
+    auto p = s.next(h, 100);
+    ASSERT_TRUE(p.ok());
+    const int k = static_cast<int>(p->size());
+    const int acc = kinds->good_ ? k : 0;
+    s.record(k, acc, acc + 1, 1.0 + 0.05 * k);
+    if (i >= 200) (kinds->good_ ? good : bad) += k;
+  }
+  EXPECT_GE(good, 100 * 6);  // most of the last 100 good steps check 6+ proposals
+  EXPECT_LE(bad, 10);        // the bad ones: a probe now and then
 }
 
 // A proposer that always offers the same tokens, to drive the Speculator.
