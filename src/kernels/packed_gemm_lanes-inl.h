@@ -7,7 +7,7 @@
 #if HWY_TARGET == HWY_AVX3_DL
 
 constexpr int kLaneRows = 32, kLaneTokens = 4;
-constexpr int64_t kLanePrefetch = 2048;  // bytes ahead in a prepacked strip stream
+constexpr int64_t kLanePrefetch = 8192;  // bytes ahead in a prepacked strip stream
 
 // o[j] = dword j of each r[l] in lane l: a 16×16 transpose of 4-byte elements.
 HWY_INLINE void Transpose16x16(const __m512i* r, __m512i* o) {
