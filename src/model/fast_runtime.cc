@@ -198,6 +198,13 @@ class FastRuntime final : public Runtime {
 };
 
 void FastRuntime::prepack_products() {
+  // Re-encoded GGUF codes are freed once prepacked where nothing can read them again: with
+  // batch_invariant every product runs on the lanes, and with rows in whole strips no range
+  // starts inside one (which would unpack the originals). Mapped files' pages are released.
+  bool whole_strips = true;
+  for (const ProductRows& p : products)
+    for (int j = 0; j < p.count; ++j) whole_strips &= p.w[static_cast<size_t>(j)]->rows % 32 == 0;
+  const bool free_owned = opts.batch_invariant && whole_strips;
   for (const ProductRows& p : products)
     for (int j = 0; j < p.count; ++j) {
       auto& w = const_cast<PackedMatrix&>(*p.w[static_cast<size_t>(j)]);
@@ -205,7 +212,17 @@ void FastRuntime::prepack_products() {
       if (lanes.empty()) continue;
       use_lanes(w, owned_lanes.emplace_back(std::move(lanes)));
       q8_align = 32;
-      if (dir == nullptr || w.data == t.embed.data) continue;
+      if (w.data == t.embed.data) continue;
+      if (dir == nullptr) {
+        if (!free_owned) continue;
+        for (MlxQuantBytes& o : owned_quant)
+          if (o.weight.data() == w.data) {
+            std::vector<uint8_t>().swap(o.weight);
+            w.data = nullptr;  // a read now faults at once instead of computing from freed bytes
+            break;
+          }
+        continue;
+      }
       const std::span<const uint8_t> codes(w.data, static_cast<size_t>(w.rows * w.row_bytes()));
       for (const auto& f : dir->files()) f.release(codes);
     }
