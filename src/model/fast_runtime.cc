@@ -198,13 +198,18 @@ class FastRuntime final : public Runtime {
 };
 
 void FastRuntime::prepack_products() {
-  // Re-encoded GGUF codes are freed once prepacked where nothing can read them again: with
-  // batch_invariant every product runs on the lanes, and with rows in whole strips no range
-  // starts inside one (which would unpack the originals). Mapped files' pages are released.
+  // Re-encoded GGUF codes are freed once prepacked where nothing can read them again: every
+  // product runs on the lanes (path() never picks AMX or OpenBLAS), and with rows in whole
+  // strips no range starts inside one (which would unpack the originals). Mapped files' pages
+  // are released instead.
   bool whole_strips = true;
   for (const ProductRows& p : products)
     for (int j = 0; j < p.count; ++j) whole_strips &= p.w[static_cast<size_t>(j)]->rows % 32 == 0;
-  const bool free_owned = opts.batch_invariant && whole_strips;
+  const ActPath act = opts.activations;
+  const bool lanes_only =
+      opts.batch_invariant || (!(opts.amx && amx_available()) &&
+                               (act == ActPath::kInt8 || (act == ActPath::kAuto && opts.tiles)));
+  const bool free_owned = lanes_only && whole_strips;
   for (const ProductRows& p : products)
     for (int j = 0; j < p.count; ++j) {
       auto& w = const_cast<PackedMatrix&>(*p.w[static_cast<size_t>(j)]);
