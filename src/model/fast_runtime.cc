@@ -198,17 +198,23 @@ class FastRuntime final : public Runtime {
 };
 
 void FastRuntime::prepack_products() {
-  // Re-encoded GGUF codes are freed once prepacked where nothing can read them again: every
-  // product runs on the lanes (path() never picks AMX or OpenBLAS), and with rows in whole
+  // Re-encoded GGUF codes are freed once prepacked where nothing can read them again: path()
+  // never picks AMX or OpenBLAS (which read the originals; OpenBLAS takes a whole job, so one
+  // float matrix beside a prepacked one in q/k/v would send it there), and with rows in whole
   // strips no range starts inside one (which would unpack the originals). Mapped files' pages
   // are released instead.
-  bool whole_strips = true;
+  bool whole_strips = true, all_tiles = true;
   for (const ProductRows& p : products)
-    for (int j = 0; j < p.count; ++j) whole_strips &= p.w[static_cast<size_t>(j)]->rows % 32 == 0;
+    for (int j = 0; j < p.count; ++j) {
+      const PackedMatrix& w = *p.w[static_cast<size_t>(j)];
+      whole_strips &= w.rows % 32 == 0;
+      all_tiles &= packed_q8_tiles_supported(w);
+    }
   const ActPath act = opts.activations;
   const bool lanes_only =
-      opts.batch_invariant || (!(opts.amx && amx_available()) &&
-                               (act == ActPath::kInt8 || (act == ActPath::kAuto && opts.tiles)));
+      opts.batch_invariant ||
+      (!(opts.amx && amx_available()) &&
+       (act == ActPath::kInt8 || (act == ActPath::kAuto && opts.tiles && all_tiles)));
   const bool free_owned = lanes_only && whole_strips;
   for (const ProductRows& p : products)
     for (int j = 0; j < p.count; ++j) {
