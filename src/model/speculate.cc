@@ -146,7 +146,7 @@ Result<std::vector<int32_t>> Speculator::next(std::span<const int32_t> history, 
   const bool measure = costs_->seconds(1) == 0 || steps_ % 64 == 0;
   if (measure) return std::vector<int32_t>();
   std::vector<int32_t> found;
-  if (p_->free()) {
+  if (p_->free_to_propose()) {
     // Found first, so the check's size follows how these were found.
     TQ_TRY(found, p_->propose(history, static_cast<int>(std::min<int64_t>(max_k_, room))));
     if (found.empty()) return found;
@@ -161,7 +161,7 @@ Result<std::vector<int32_t>> Speculator::next(std::span<const int32_t> history, 
   }
   k = static_cast<int>(std::min<int64_t>(k, room));
   if (k <= 0) return std::vector<int32_t>();
-  if (p_->free()) {
+  if (p_->free_to_propose()) {
     found.resize(std::min(found.size(), static_cast<size_t>(k)));
     return found;
   }

@@ -33,7 +33,7 @@ class Proposer {
   virtual double catch_up_seconds() const { return 0; }
   // Proposals cost nothing to make: the speculator asks for the most it may check, then sizes
   // the check by the acceptance of proposals found the same way (evidence(), below kEvidence).
-  virtual bool free() const { return false; }
+  virtual bool free_to_propose() const { return false; }
   virtual int evidence() const { return 0; }
   static constexpr int kEvidence = 8;
 };
@@ -47,7 +47,7 @@ class LookupProposer final : public Proposer {
       : min_(min_ngram), max_(std::min(max_ngram, kEvidence - 1)) {}
   Result<std::vector<int32_t>> propose(std::span<const int32_t> history, int k) override;
   std::string name() const override { return "lookup"; }
-  bool free() const override { return true; }
+  bool free_to_propose() const override { return true; }
   int evidence() const override { return matched_; }
 
  private:

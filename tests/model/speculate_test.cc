@@ -58,7 +58,7 @@ class TwoKinds final : public Proposer {
     return std::vector<int32_t>(static_cast<size_t>(k), 1);
   }
   std::string name() const override { return "two kinds"; }
-  bool free() const override { return true; }
+  bool free_to_propose() const override { return true; }
   int evidence() const override { return good_ ? 4 : 1; }
   bool good_ = false;
 };
