@@ -20,7 +20,8 @@ Result<EvalText> read_eval_text(const std::string& path) {
   return t;
 }
 
-Result<EvalModel> open_eval_model(const std::string& path, bool with_tokenizer) {
+Result<EvalModel> open_eval_model(const std::string& path, bool with_tokenizer,
+                                  std::string fingerprint) {
   EvalModel m;
   m.path = path;
   TQ_TRY(m.src, open_model(path));
@@ -28,7 +29,11 @@ Result<EvalModel> open_eval_model(const std::string& path, bool with_tokenizer) 
     TQ_TRY(Tokenizer tok, load_model_tokenizer(m.src));
     m.tokenizer.emplace(std::move(tok));
   }
-  TQ_TRY(m.fingerprint, model_fingerprint(m.src));
+  if (!fingerprint.empty()) {
+    m.fingerprint = std::move(fingerprint);
+  } else {
+    TQ_TRY(m.fingerprint, model_fingerprint(m.src));
+  }
   return m;
 }
 

@@ -38,7 +38,9 @@ struct EvalModel {
   LogitsModel logits(int64_t max_len) const;
 };
 // Opens the model and its tokenizer (weights are loaded later, after cheap checks).
-Result<EvalModel> open_eval_model(const std::string& path, bool with_tokenizer = true);
+// `fingerprint`: the model's, hashed before by the caller (else hashed here: it reads every byte).
+Result<EvalModel> open_eval_model(const std::string& path, bool with_tokenizer = true,
+                                  std::string fingerprint = {});
 
 // The BOS the tokenizer's post-processor prepends, else config.json's bos_token_id.
 BosInfo bos_info(const Tokenizer& tok, const nlohmann::json& config_json);

@@ -34,9 +34,11 @@ int64_t arm_max_len(const ModelSource& src) {
                                                 : kDefaultMaxLen;
 }
 
-Result<std::unique_ptr<Arm>> open_arm(const std::string& path, const TaskEvalRequest& r) {
+// `fingerprint`: the model's when already hashed (empty: hashed here).
+Result<std::unique_ptr<Arm>> open_arm(const std::string& path, const TaskEvalRequest& r,
+                                      const std::string& fingerprint = {}) {
   auto a = std::make_unique<Arm>();
-  TQ_TRY(a->m, open_eval_model(path));
+  TQ_TRY(a->m, open_eval_model(path, true, fingerprint));
   TQ_TRY(a->chat, load_model_chat(a->m.src));
   a->max_len = arm_max_len(a->m.src);
   TQ_CHECK_OK(a->m.load_weights(r.show_progress, r.runtime));
@@ -271,9 +273,12 @@ Result<TaskEvalResult> run_task_eval(const TaskEvalRequest& r) {
   // The candidate's stored tasks are known for sure only once it is loaded, after the base: so
   // that the base's ETA does not count them, they are looked up first by fingerprint, protocol
   // and items (any runtime), and the count corrected when the candidate opens.
+  // (Its fingerprint is kept for when it opens: hashing reads every byte of the model.)
   std::vector<bool> model_expected_stored(tasks.size(), false);
+  std::string model_fingerprint_seen;
   if (r.reuse && !r.base.empty()) {
     TQ_TRY(EvalModel peek, open_eval_model(r.model, false));
+    model_fingerprint_seen = peek.fingerprint;
     for (size_t i = 0; i < tasks.size(); ++i) {
       const Task& t = tasks[i];
       const std::string protocol = task_protocol(t, r.options, arm_max_len(peek.src));
@@ -326,7 +331,7 @@ Result<TaskEvalResult> run_task_eval(const TaskEvalRequest& r) {
     out.base_runtime = b->m.net->runtime_name();
     TQ_TRY(base, score_side(*b, std::vector<bool>(tasks.size(), false)));
   }
-  TQ_TRY(std::unique_ptr<Arm> a, open_arm(r.model, r));
+  TQ_TRY(std::unique_ptr<Arm> a, open_arm(r.model, r, model_fingerprint_seen));
   out.model = a->m.path;
   out.model_fingerprint = a->m.fingerprint;
   out.runtime = a->m.net->runtime_name();
