@@ -17,15 +17,20 @@
 #include "cli/convert_gptq.h"
 #include "cli/convert_scale.h"
 #include "cli/db_flags.h"
+#include "cli/distill_progress.h"
 #include "cli/sensitivity_progress.h"
 #include "cli/verb.h"
 #include "convert/allocate_convert.h"
 #include "convert/convert.h"
 #include "convert/convert_db.h"
 #include "convert/fold_float.h"
+#include "convert/patched_checkpoint.h"
 #include "convert/sensitivity_run.h"
 #include "eval/results_db.h"
+#include "io/checkpoint_dir.h"
 #include "io/staging_dir.h"
+#include "model/model_tokenizer.h"
+#include "quant/distill.h"
 #include "quant/rtn_quantizer.h"
 #include "rotate/rotation.h"
 #include "rotate/rotation_transform.h"
@@ -52,9 +57,14 @@ struct ConvertArgs {
   std::string channel_scale;               // on, off, or "" (on under --preset best below 4 bits)
   std::string r1, r2, fold_dtype = "f32";  // r1 "": hadamard, or the preset's choice
   uint64_t seed = 0;
+  std::optional<int64_t> distill;  // --distill steps (0: off)
 };
 
 std::atomic<bool> g_interrupted{false};
+
+// --preset best's --distill: a new calibration row per step; 124 keeps the 3.5-bpw SmolLM2 preset
+// within 20 minutes on 2 cores (bench/README.md, "Distilled scales and biases").
+constexpr int64_t kPresetDistillSteps = 124;
 
 extern "C" void on_signal(int) { g_interrupted.store(true); }
 
@@ -91,6 +101,7 @@ nlohmann::json options_record(const ConvertArgs& a) {
   if (a.allow_over) o["allow_over"] = true;
   if (!a.gptq.recovery.empty()) o["gptq_recovery"] = a.gptq.recovery;
   if (a.gptq.tied_head >= 0.0) o["gptq_tied_head"] = a.gptq.tied_head;
+  if (a.distill) o["distill"] = *a.distill;
   return o;
 }
 
@@ -178,6 +189,8 @@ Result<ConvertArgs> apply_preset(ConvertArgs a) {
   if (a.grid.empty()) a.grid = "search";
   if (a.gptq.refit.empty()) a.gptq.refit = "on";
   if (a.gptq.tied_head < 0.0) a.gptq.tied_head = 0.1;  // ignored by an untied head
+  // Distillation runs in one process; under mpirun the preset leaves it to `tq distill`.
+  if (!a.distill && world().size() == 1) a.distill = kPresetDistillSteps;
   if (a.r1.empty()) {
     TQ_TRY(ModelSource src, open_model(a.src));
     a.r1 = src.config.tie_word_embeddings ? "none" : "hadamard";
@@ -226,6 +239,36 @@ Result<QuantSpec> scale_search_spec(const ConvertJob& job, const ConvertArgs& a)
   s.bits = std::clamp(static_cast<int>(std::floor(bpw - 0.5)), 2, 8);
   if (s.bits == 7) s.bits = 6;
   return s;
+}
+
+// --distill: trains the just-written `undistilled` artifact's scales and biases against `source`
+// and publishes the result at a.out; returns the conversion's seconds plus distillation's.
+Result<double> distill_converted(const std::string& source, const std::string& undistilled,
+                                 const ConvertArgs& a, double convert_seconds) {
+  TQ_TRY(ModelSource teacher, open_model(source));
+  TQ_TRY(ModelSource student, open_model(undistilled));
+  TQ_TRY(Tokenizer tok, load_model_tokenizer(student));
+  DistillOptions d;
+  d.steps = *a.distill;
+  d.cancel = &g_interrupted;
+  // The same corpus and seed as GPTQ's rows (its rows come first), a new row for every step.
+  CalibOptions co = calib_options(a.gptq);
+  co.tokens = distill_calib_tokens(d, co.seq_len);
+  TQ_TRY(CalibSet calib, build_calib_set(tok, co));
+  std::fprintf(stderr, "tq convert: distill %lld steps of %lld rows on %lld calibration rows\n",
+               static_cast<long long>(d.steps), static_cast<long long>(d.seqs_per_step),
+               static_cast<long long>(calib.rows()));
+  auto progress = distill_progress_printer("tq convert: distill ");
+  TQ_TRY(DistillResult r, distill_scales(teacher, student, calib, d, progress));
+  const auto* dir = dynamic_cast<const DirTensorSource*>(student.tensors.get());
+  // The student is the temporary conversion: record what the user gave instead.
+  nlohmann::json rec = distill_record(source, a.out, d, calib, r);
+  if (a.no_timings) rec.erase("seconds");
+  TQ_CHECK_OK(write_patched_checkpoint(*dir, r.stored, {{"distill", rec}}, a.out, a.force));
+  std::fprintf(stderr, "tq convert: distill: held-out KL %.5f -> %.5f on %lld rows, %.1f s\n",
+               r.holdout_before, r.holdout_after, static_cast<long long>(d.holdout_rows),
+               r.seconds);
+  return convert_seconds + r.seconds;
 }
 
 Status run_convert_verb(const ConvertArgs& args) {
@@ -282,6 +325,13 @@ Status run_convert_verb(const ConvertArgs& args) {
   if (a.gptq.tied_head >= 0.0 && !a.gptq.enabled)
     return err("--gptq-tied-head quantizes a tied embedding by GPTQ; add --gptq");
   if (!a.dry_run && a.out.empty()) return err("-o/--output DST is required (or --dry-run)");
+  const int64_t distill_steps = a.distill.value_or(0);
+  if (distill_steps < 0)
+    return err("--distill {}: expected a number of steps, 0 or more", distill_steps);
+  if (distill_steps > 0 && a.no_quantize)
+    return err("--distill trains quantized scales and biases; drop --no-quantize");
+  if (distill_steps > 0 && world().size() > 1)
+    return err("--distill runs in one process; convert under mpirun, then run tq distill");
   // --no-quantize: every module float (the folded float model: the rotation parity instrument).
   if (a.no_quantize) o.plan.keep_float = {"*"};
 
@@ -412,8 +462,26 @@ Status run_convert_verb(const ConvertArgs& args) {
     TQ_TRY(gptq, make_gptq(ga, job, o));
     quantizer = gptq.quantizer.get();
   }
+  // --distill: the conversion goes to a sibling directory that distillation reads and removes.
+  std::string undistilled;
+  if (distill_steps > 0) {
+    undistilled = fmt::format("{}.tq-undistilled-{}", a.out, static_cast<long long>(::getpid()));
+    o.dest = undistilled;
+    o.force = true;
+  }
+  struct RemoveDir {
+    std::string path;
+    ~RemoveDir() {
+      std::error_code ec;
+      if (!path.empty()) std::filesystem::remove_all(path, ec);
+    }
+  } remove_undistilled{undistilled};
   TQ_TRY(ConvertSummary s, run_convert(job, *quantizer, o));
   if (!root) return ok_status();
+  if (distill_steps > 0) {
+    TQ_TRY(s.seconds, distill_converted(recorded.src, undistilled, a, s.seconds));
+    s.dest = a.out;
+  }
   if (a.gptq.enabled) {
     const nlohmann::json g = gptq.quantizer->metadata()["guards"];
     std::fprintf(stderr,
@@ -496,10 +564,13 @@ const bool kRegistered = register_verb({
                      "squared error; with --gptq weighted by the Hessian) (default minmax)")
           ->check(CLI::IsMember({"minmax", "search"}));
       app.add_option("--preset", a->preset,
-                     "best: --rotate-weights --gptq --grid search --grid-refit on (with "
-                     "--target-bpw/--target-size or --bits; docs/GPTQ.md)")
+                     "best: --rotate-weights --gptq --grid search --grid-refit on --distill 124 "
+                     "(with --target-bpw/--target-size or --bits; docs/GPTQ.md)")
           ->check(CLI::IsMember({"best"}));
       add_gptq_flags(app, &a->gptq);
+      app.add_option("--distill", a->distill,
+                     "after quantizing, train the affine scales and biases N steps against the "
+                     "source on the --calib text (tq distill; docs/DISTILL.md); 0 = off (default)");
       app.add_option("--channel-scale", a->channel_scale,
                      "on: scale input channels by activation size (folded exactly into the norms "
                      "and up_proj) before quantizing, measured on the --calib text; off (default; "

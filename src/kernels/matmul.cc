@@ -64,6 +64,14 @@ void matmul_nt(const float* x, int64_t n, int64_t in, const float* w, int64_t ou
       for (int64_t j = 0; j < out; ++j) y[r * out + j] += bias[j];
 }
 
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+              static_cast<int>(k), alpha, a, static_cast<int>(lda), b, static_cast<int>(ldb), beta,
+              c, static_cast<int>(ldc));
+}
+
 BlasOnCallingThread::BlasOnCallingThread() {
   if (!openblas_get_num_threads || !openblas_set_num_threads) return;
   saved_ = openblas_get_num_threads();

