@@ -25,6 +25,7 @@ struct DistillArgs {
   GptqArgs calib;  // only its --calib* fields
   bool force = false;
   std::string schedule = "cosine";
+  std::string train_norms = "off";
   CLI::Option* calib_tokens = nullptr;  // given or not
 };
 
@@ -68,6 +69,7 @@ Status run_distill(const DistillArgs& a) {
     return err("expected SOURCE (the float model) and QUANTIZED (an MLX directory made from it)");
   DistillOptions opt = a.opt;
   opt.schedule = a.schedule == "cosine";
+  opt.train_norms = a.train_norms == "on";
   TQ_TRY(ModelSource student, open_model(a.models[1]));
   TQ_CHECK_OK(check_patch_dest(student.path, a.output, a.force));
   TQ_TRY(ModelSource teacher, open_model(a.models[0]));
@@ -85,8 +87,8 @@ Status run_distill(const DistillArgs& a) {
   const auto* dir = dynamic_cast<const DirTensorSource*>(student.tensors.get());
   const nlohmann::json record = distill_record(teacher.path, student.path, opt, calib, r);
   TQ_CHECK_OK(write_patched_checkpoint(*dir, r.stored, {{"distill", record}}, a.output, a.force));
-  fmt::print("distilled {} matrices ({} groups) on {} tokens in {:.1f} s\n", r.tensors, r.groups,
-             r.train_tokens, r.seconds);
+  fmt::print("distilled {} matrices ({} groups) and {} norm weights on {} tokens in {:.1f} s\n",
+             r.tensors, r.groups, r.norms, r.train_tokens, r.seconds);
   if (a.opt.holdout_rows > 0)
     fmt::print("held-out KL(source||quantized): {:.5f} -> {:.5f} ({:+.1f}%) on {} rows\n",
                r.holdout_before, r.holdout_after,
@@ -130,6 +132,9 @@ const bool kRegistered = register_verb(
        app.add_flag("--round-each-step", a->opt.round_each_step,
                     "every step's forward uses the scales rounded to their stored dtype "
                     "(straight through); default: trained in f32, rounded once when written");
+       app.add_option("--train-norms", a->train_norms,
+                      "on: also train every RMSNorm's weight, stored as a float (default off)")
+           ->check(CLI::IsMember({"on", "off"}));
        app.add_flag("--force", a->force, "Replace an existing output directory");
        return [a] { return run_distill(*a); };
      }});

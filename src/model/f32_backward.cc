@@ -15,9 +15,9 @@ using R = TensorRole;
 
 std::vector<float> copy_of(const float* p, int64_t n) { return {p, p + n}; }
 
-// dx += d rms_norm(x)·w / dx applied to dy, row by row (w is not trained).
+// dx += d rms_norm(x)·w / dx applied to dy, row by row; dw (when not null) += d/dw.
 void rms_norm_backward(const float* x, const float* w, int64_t rows, int64_t d, float eps,
-                       const float* dy, float* dx) {
+                       const float* dy, float* dx, float* dw = nullptr) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * d;
     const float* gr = dy + r * d;
@@ -30,7 +30,19 @@ void rms_norm_backward(const float* x, const float* w, int64_t rows, int64_t d, 
     const double c = dot * inv * inv * inv / static_cast<double>(d);
     float* o = dx + r * d;
     for (int64_t i = 0; i < d; ++i) o[i] += static_cast<float>(inv * gr[i] * w[i] - c * xr[i]);
+    if (dw != nullptr)
+      for (int64_t i = 0; i < d; ++i) dw[i] += static_cast<float>(inv * gr[i] * xr[i]);
   }
+}
+
+// A norm's rms_norm_backward, its weight's gradient handed to grad() as [1, d] when wanted.
+void norm_backward(const WantsGrad& wants, const MatrixGrad& grad, R role, int64_t layer,
+                   const float* x, const float* w, int64_t rows, int64_t d, float eps,
+                   const float* dy, float* dx) {
+  if (!wants(role, layer)) return rms_norm_backward(x, w, rows, d, eps, dy, dx);
+  std::vector<float> dw(static_cast<size_t>(d), 0.0f);
+  rms_norm_backward(x, w, rows, d, eps, dy, dx, dw.data());
+  grad(role, layer, dw.data(), 1, d);
 }
 
 // dW [out, in] = dy^T [out, rows] · x [rows, in], handed to grad() when wanted.
@@ -108,8 +120,8 @@ void F32Backprop::backward(const F32Tensors& t, const float* dlogits, const Want
       dtable.clear();
     }
   }
-  rms_norm_backward(xf_.data(), t.norm_final.data(), rows, d, static_cast<float>(c_.rms_norm_eps),
-                    dh.data(), dx.data());
+  norm_backward(wants, grad, R::kNormFinal, -1, xf_.data(), t.norm_final.data(), rows, d,
+                static_cast<float>(c_.rms_norm_eps), dh.data(), dx.data());
   for (int64_t l = static_cast<int64_t>(t.layers.size()) - 1; l >= 0; --l)
     layer_backward(t, l, dx.data(), wants, grad);
   if (wants(R::kEmbed, -1)) {
@@ -149,7 +161,8 @@ void F32Backprop::layer_backward(const F32Tensors& t, int64_t l, float* dx, cons
   std::vector<float> dh(static_cast<size_t>(rows * d));
   gemm(false, false, rows, d, inter, 1.0f, g.data(), inter, L.gate.data(), d, 0.0f, dh.data(), d);
   gemm(false, false, rows, d, inter, 1.0f, dact.data(), inter, L.up.data(), d, 1.0f, dh.data(), d);
-  rms_norm_backward(s.x1.data(), L.norm_mlp.data(), rows, d, eps, dh.data(), dx);
+  norm_backward(wants, grad, R::kNormMlp, l, s.x1.data(), L.norm_mlp.data(), rows, d, eps,
+                dh.data(), dx);
 
   // Attention: x1 = x + attention(rope(q), rope(k), v)·Wo^T, q/k/v from h1 = rms_norm(x).
   std::vector<float> datt(static_cast<size_t>(rows * qd));
@@ -169,15 +182,15 @@ void F32Backprop::layer_backward(const F32Tensors& t, int64_t l, float* dx, cons
     matmul_nt(s.h1.data(), rows, d, L.q.data(), qd, L.q_b.empty() ? nullptr : L.q_b.data(),
               lin.data());
     std::fill(dlin.begin(), dlin.end(), 0.0f);
-    rms_norm_backward(lin.data(), L.q_norm.data(), rows * c_.num_attention_heads, hd, eps,
-                      dq.data(), dlin.data());
+    norm_backward(wants, grad, R::kQNorm, l, lin.data(), L.q_norm.data(),
+                  rows * c_.num_attention_heads, hd, eps, dq.data(), dlin.data());
     dq.swap(dlin);
     lin.resize(static_cast<size_t>(rows * kvd));
     dlin.assign(static_cast<size_t>(rows * kvd), 0.0f);
     matmul_nt(s.h1.data(), rows, d, L.k.data(), kvd, L.k_b.empty() ? nullptr : L.k_b.data(),
               lin.data());
-    rms_norm_backward(lin.data(), L.k_norm.data(), rows * c_.num_key_value_heads, hd, eps,
-                      dk.data(), dlin.data());
+    norm_backward(wants, grad, R::kKNorm, l, lin.data(), L.k_norm.data(),
+                  rows * c_.num_key_value_heads, hd, eps, dk.data(), dlin.data());
     dk.swap(dlin);
   }
   weight_grad(wants, grad, R::kAttnQ, l, dq.data(), s.h1.data(), rows, d, qd, scratch);
@@ -186,7 +199,8 @@ void F32Backprop::layer_backward(const F32Tensors& t, int64_t l, float* dx, cons
   gemm(false, false, rows, d, qd, 1.0f, dq.data(), qd, L.q.data(), d, 0.0f, dh.data(), d);
   gemm(false, false, rows, d, kvd, 1.0f, dk.data(), kvd, L.k.data(), d, 1.0f, dh.data(), d);
   gemm(false, false, rows, d, kvd, 1.0f, dv.data(), kvd, L.v.data(), d, 1.0f, dh.data(), d);
-  rms_norm_backward(s.x.data(), L.norm_attn.data(), rows, d, eps, dh.data(), dx);
+  norm_backward(wants, grad, R::kNormAttn, l, s.x.data(), L.norm_attn.data(), rows, d, eps,
+                dh.data(), dx);
 }
 
 void F32Backprop::attention_backward(const Saved& s, const float* datt, float* dq, float* dk,

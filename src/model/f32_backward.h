@@ -1,4 +1,4 @@
-// Gradients of the f32 decoder with respect to its weight matrices (llama / qwen2 / qwen3
+// Gradients of the f32 decoder with respect to its weights (llama / qwen2 / qwen3
 // attention layers): forward() runs F32Step's stages (model/layer.h) and keeps what backward()
 // reads; backward() walks the same stages in reverse. Distillation (quant/distill.h) trains
 // quantized scales and biases from these gradients.
@@ -14,8 +14,9 @@
 
 namespace tq {
 
-// Receives dL/dW [out, in] of one matrix (layer -1 for the globals). A tied embedding is
-// reported once, as kEmbed, its lookup's and its head's gradients summed.
+// Receives dL/dW [out, in] of one matrix (layer -1 for the globals), or of an RMSNorm's weight
+// as [1, width]. A tied embedding is reported once, as kEmbed, its lookup's and its head's
+// gradients summed.
 using MatrixGrad =
     std::function<void(TensorRole role, int64_t layer, const float* dw, int64_t out, int64_t in)>;
 using WantsGrad = std::function<bool(TensorRole role, int64_t layer)>;

@@ -31,6 +31,17 @@ struct AffineParam {
   int64_t groups() const { return rows * (cols / group); }
 };
 
+// One RMSNorm weight being trained, with Adam's moments; its step unit is the mean |w|.
+struct NormParam {
+  std::string name;  // "model.layers.0.input_layernorm.weight"
+  TensorRole role = TensorRole::kNormAttn;
+  int64_t layer = -1;
+  DType dtype = DType::kBF16;
+  float offset = 0.0f;  // what the loader added (zero-centred norms: 1)
+  std::vector<float> w, g, m, v, unit;
+  std::vector<float>* field = nullptr;
+};
+
 float stored_value(DType t, float v, bool round = true) {
   if (!round) return v;
   if (t == DType::kBF16) return bf16_to_f32(f32_to_bf16(v));
@@ -85,23 +96,30 @@ void accumulate_group_grads(AffineParam& p, const float* dw) {
     }
 }
 
-void adam_update(AffineParam& p, double lr, int64_t t) {
+// One Adam step (β 0.9 / 0.999, bias-corrected at step t) of x by lr·unit, clearing g.
+void adam_step(std::vector<float>& x, std::vector<float>& g, std::vector<float>& m,
+               std::vector<float>& v, const std::vector<float>& unit, double lr, int64_t t) {
   constexpr double b1 = 0.9, b2 = 0.999;
   const double c1 = 1.0 - std::pow(b1, static_cast<double>(t));
   const double c2 = 1.0 - std::pow(b2, static_cast<double>(t));
-  auto one = [&](std::vector<float>& x, std::vector<float>& g, std::vector<float>& m,
-                 std::vector<float>& v) {
-    for (size_t i = 0; i < x.size(); ++i) {
-      m[i] = static_cast<float>(b1 * m[i] + (1.0 - b1) * g[i]);
-      v[i] = static_cast<float>(b2 * v[i] + (1.0 - b2) * static_cast<double>(g[i]) * g[i]);
-      const double vh = v[i] / c2;
-      if (vh <= 0.0) continue;
-      x[i] -= static_cast<float>(lr * p.unit[i] * (m[i] / c1) / (std::sqrt(vh) + 1e-30));
-    }
-    std::fill(g.begin(), g.end(), 0.0f);
-  };
-  one(p.s, p.gs, p.ms, p.vs);
-  one(p.b, p.gb, p.mb, p.vb);
+  for (size_t i = 0; i < x.size(); ++i) {
+    m[i] = static_cast<float>(b1 * m[i] + (1.0 - b1) * g[i]);
+    v[i] = static_cast<float>(b2 * v[i] + (1.0 - b2) * static_cast<double>(g[i]) * g[i]);
+    const double vh = v[i] / c2;
+    if (vh <= 0.0) continue;
+    x[i] -= static_cast<float>(lr * unit[i] * (m[i] / c1) / (std::sqrt(vh) + 1e-30));
+  }
+  std::fill(g.begin(), g.end(), 0.0f);
+}
+
+void adam_update(AffineParam& p, double lr, int64_t t) {
+  adam_step(p.s, p.gs, p.ms, p.vs, p.unit, lr, t);
+  adam_step(p.b, p.gb, p.mb, p.vb, p.unit, lr, t);
+}
+
+void adam_update(NormParam& p, double lr, int64_t t, bool round) {
+  adam_step(p.w, p.g, p.m, p.v, p.unit, lr, t);
+  for (size_t i = 0; i < p.w.size(); ++i) (*p.field)[i] = stored_value(p.dtype, p.w[i], round);
 }
 
 // Mean KL(teacher || student) of rows at temperature T; `dstudent` (may alias `student`) gets
@@ -239,14 +257,45 @@ Result<DistillResult> distill_scales(const ModelSource& teacher, const ModelSour
   }
   if (params.empty()) return err("{}: no affine-quantized matrix to train", student.path);
 
+  // The norm weights stored as floats, when asked; the trained value is the loaded one.
+  std::vector<NormParam> norms;
+  for (const TensorSpec& s : expected_tensors(cfg)) {
+    const TensorRole r = s.kind->role;
+    if (!o.train_norms ||
+        (r != TensorRole::kNormAttn && r != TensorRole::kNormMlp && r != TensorRole::kNormFinal &&
+         r != TensorRole::kQNorm && r != TensorRole::kKNorm))
+      continue;
+    const TensorInfo* info = student.tensors->find(s.name);
+    if (info == nullptr || info->mlx_quant) continue;
+    const DType dt = info->stored_dtype;
+    if (dt != DType::kBF16 && dt != DType::kF16 && dt != DType::kF32) continue;
+    NormParam p;
+    p.name = s.name, p.role = r, p.layer = s.layer, p.dtype = dt;
+    p.offset = s.kind->zero_centred ? 1.0f : 0.0f;
+    with_model_tensor(st, r, s.layer, [&](auto& field) {
+      if constexpr (std::is_same_v<std::decay_t<decltype(field)>, std::vector<float>>)
+        p.field = &field;
+    });
+    if (p.field == nullptr || p.field->empty()) continue;
+    p.w = *p.field;
+    double mean = 0.0;
+    for (float x : p.w) mean += std::fabs(x);
+    mean /= static_cast<double>(p.w.size());
+    p.unit.assign(p.w.size(), mean > 0.0 ? static_cast<float>(mean) : 1.0f);
+    for (auto* v : {&p.g, &p.m, &p.v}) v->assign(p.w.size(), 0.0f);
+    norms.push_back(std::move(p));
+  }
+
   DistillResult res;
   res.tensors = static_cast<int64_t>(params.size());
+  res.norms = static_cast<int64_t>(norms.size());
   for (const AffineParam& p : params) res.groups += p.groups();
   std::map<std::pair<int, int64_t>, AffineParam*> by_role;
   for (AffineParam& p : params) by_role[{static_cast<int>(p.role), p.layer}] = &p;
-  auto find = [&](TensorRole role, int64_t layer) -> AffineParam* {
-    auto it = by_role.find({static_cast<int>(role), layer});
-    return it == by_role.end() ? nullptr : it->second;
+  std::map<std::pair<int, int64_t>, NormParam*> norm_by_role;
+  for (NormParam& p : norms) norm_by_role[{static_cast<int>(p.role), p.layer}] = &p;
+  auto key = [](TensorRole role, int64_t layer) {
+    return std::pair{static_cast<int>(role), layer};
   };
 
   const int64_t n = calib.seq_len, vocab = cfg.vocab_size, d = cfg.hidden_size;
@@ -284,9 +333,17 @@ Result<DistillResult> distill_scales(const ModelSource& teacher, const ModelSour
     bp.forward(st, tokens, n, S, zs.data());
     const double loss = kl_and_grad(zt.data(), zs.data(), S * n, vocab, o.temperature, zs.data());
     bp.backward(
-        st, zs.data(), [&](TensorRole r, int64_t l) { return find(r, l) != nullptr; },
+        st, zs.data(),
+        [&](TensorRole r, int64_t l) {
+          return by_role.count(key(r, l)) > 0 || norm_by_role.count(key(r, l)) > 0;
+        },
         [&](TensorRole r, int64_t l, const float* dw, int64_t, int64_t) {
-          accumulate_group_grads(*find(r, l), dw);
+          if (auto it = by_role.find(key(r, l)); it != by_role.end()) {
+            accumulate_group_grads(*it->second, dw);
+          } else {
+            NormParam& p = *norm_by_role.at(key(r, l));
+            for (size_t i = 0; i < p.g.size(); ++i) p.g[i] += dw[i];
+          }
         });
     // Linear warm-up over the first tenth of the steps, then a cosine decay to zero.
     const double warm = std::max<double>(1.0, 0.1 * static_cast<double>(o.steps));
@@ -297,16 +354,23 @@ Result<DistillResult> distill_scales(const ModelSource& teacher, const ModelSour
       adam_update(p, lr, step);
       dequantize_into(p, o.round_each_step);
     }
+    for (NormParam& p : norms) adam_update(p, lr, step, o.round_each_step);
     res.losses.push_back(loss);
     res.train_tokens += S * n;
     if (progress)
       progress({step, o.steps, loss, std::chrono::duration<double>(clock::now() - ts).count()});
   }
   for (const AffineParam& p : params) dequantize_into(p, true);
+  for (NormParam& p : norms)
+    for (size_t i = 0; i < p.w.size(); ++i) (*p.field)[i] = stored_value(p.dtype, p.w[i]);
   res.holdout_after = holdout_kl();
   for (const AffineParam& p : params) {
     res.stored[p.module + ".scales"] = encode(p.dtype, p.s);
     res.stored[p.module + ".biases"] = encode(p.dtype, p.b);
+  }
+  for (NormParam& p : norms) {
+    for (float& x : p.w) x -= p.offset;
+    res.stored[p.name] = encode(p.dtype, p.w);
   }
   res.seconds = std::chrono::duration<double>(clock::now() - t0).count();
   return res;
@@ -323,12 +387,14 @@ nlohmann::json distill_record(const std::string& teacher, const std::string& stu
           {"temperature", o.temperature},
           {"schedule", o.schedule ? "cosine" : "constant"},
           {"round_each_step", o.round_each_step},
+          {"train_norms", o.train_norms},
           {"calib", calib.info()},
           {"holdout_rows", o.holdout_rows},
           {"holdout_kl_before", r.holdout_before},
           {"holdout_kl_after", r.holdout_after},
           {"tensors", r.tensors},
           {"groups", r.groups},
+          {"norms", r.norms},
           {"train_tokens", r.train_tokens},
           {"seconds", r.seconds}};
 }

@@ -28,6 +28,9 @@ struct DistillOptions {
   // Each step's forward sees the scales and biases rounded to their stored dtype (straight
   // through); else they are trained in f32 and rounded once, when written.
   bool round_each_step = false;
+  // Also train every RMSNorm's weight (stored float): per-channel input scales that the group
+  // scales cannot express, at no cost in bytes.
+  bool train_norms = false;
   const std::atomic<bool>* cancel = nullptr;  // set (e.g. by SIGINT) to stop between steps
 };
 
@@ -38,10 +41,10 @@ struct DistillProgress {
 };
 
 struct DistillResult {
-  int64_t tensors = 0, groups = 0, train_tokens = 0;
+  int64_t tensors = 0, groups = 0, norms = 0, train_tokens = 0;
   double holdout_before = 0.0, holdout_after = 0.0;  // mean KL per token at T = 1
   std::vector<double> losses;                        // per step
-  // New bytes of every trained "P.scales" / "P.biases", in their stored dtype.
+  // New bytes of every trained "P.scales" / "P.biases" (and norm weight), in its stored dtype.
   std::map<std::string, std::vector<uint8_t>> stored;
   double seconds = 0.0;
 };

@@ -75,6 +75,25 @@ def test_distill_lowers_the_kl_and_changes_only_scales_and_biases(tq_bin, model,
     assert compute_bits_per_weight(loaded) == pytest.approx(meta["size"]["bpw"], rel=1e-12)
 
 
+def test_distill_train_norms_moves_the_norm_weights_too(tq_bin, model, tmp_path):
+    """--train-norms on: every RMSNorm weight (stored bf16) is trained beside the scales and
+    biases; nothing else changes, and the held-out KL falls."""
+    src, q, sotu = model
+    out = tmp_path / "dn"
+    r = distill(tq_bin, src, q, out, sotu[0], "--train-norms", "on")
+    assert r.returncode == 0, r.stderr
+    assert "and 7 norm weights" in r.stdout, r.stdout  # 2 per layer and the final one
+    rec = json.loads((out / "tq_metadata.json").read_text())["distill"]
+    assert rec["train_norms"] is True and rec["norms"] == 7
+    assert rec["holdout_kl_after"] < 0.95 * rec["holdout_kl_before"]
+    a, b = raw_tensors(out / "model.safetensors"), raw_tensors(q / "model.safetensors")
+    changed = {k for k in a if a[k][2] != b[k][2]}
+    norms = {k for k in b if k.endswith("norm.weight")}
+    assert len(norms) == 7 and changed & norms, changed
+    assert all(k.endswith((".scales", ".biases")) or k in norms for k in changed), changed
+    assert all(a[k][:2] == b[k][:2] for k in a)
+
+
 def test_distill_bad_input(tq_bin, model, tmp_path):
     src, q, sotu = model
     out = tmp_path / "out"
@@ -98,6 +117,7 @@ def test_distill_bad_input(tq_bin, model, tmp_path):
     fails([src, q, "-o", out, *calib, "--holdout", "8"], "calibration set has")
     fails([src, q, "-o", out, *calib, "--lr", "0"], "learning rate")
     fails([src, q, "-o", out, *calib, "--temperature", "-1"], "temperature")
+    fails([src, q, "-o", out, *calib, "--train-norms", "yes"], "--train-norms")
     # The quantized model itself as the output, and an existing output without --force.
     r = subprocess.run([tq_bin, "distill", str(src), str(q), "-o", str(q), "--force", *map(str, calib)],
                        capture_output=True, text=True)

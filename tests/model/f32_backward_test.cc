@@ -1,6 +1,6 @@
-// The f32 decoder's backward (model/f32_backward.h) against central finite differences of its
-// own forward, for every family it covers: untied llama with llama3 RoPE, qwen2 (biases, tied),
-// qwen3 (per-head norms, tied), two sequences in one batch.
+// The f32 decoder's backward (model/f32_backward.h), matrices and norm weights, against central
+// finite differences of its own forward, for every family it covers: untied llama with llama3 RoPE,
+// qwen2 (biases, tied), qwen3 (per-head norms, tied), two sequences in one batch.
 #include "model/f32_backward.h"
 
 #include <gtest/gtest.h>
@@ -66,13 +66,18 @@ void check_family(const std::string& type) {
   std::vector<float> logits(cvec.size());
   bp.forward(t, tokens, n, seqs, logits.data());
   std::map<std::pair<int, int64_t>, std::vector<float>> grads;
+  size_t norms = 0;
   bp.backward(
       t, cvec.data(), [](TensorRole, int64_t) { return true; },
       [&](TensorRole r, int64_t l, const float* dw, int64_t out, int64_t in) {
         grads[{static_cast<int>(r), l}].assign(dw, dw + out * in);
+        norms += out == 1;
       });
-  // Every matrix of the model reported once (a tied embedding once, as the embedding).
-  EXPECT_EQ(grads.size(), 7u * 2u + (t.tied ? 1u : 2u));
+  // Every matrix of the model reported once (a tied embedding once, as the embedding), and
+  // every norm's weight: two per layer (four with qwen3's q/k norms) and the final one.
+  const bool qk_norm = !t.layers[0].q_norm.empty();
+  EXPECT_EQ(norms, (qk_norm ? 4u : 2u) * 2u + 1u);
+  EXPECT_EQ(grads.size() - norms, 7u * 2u + (t.tied ? 1u : 2u));
   int checked = 0;
   for (auto& [key, g] : grads) {
     const TensorRole role = static_cast<TensorRole>(key.first);
@@ -98,11 +103,11 @@ void check_family(const std::string& type) {
       (*w)[i] = w0;
       const double fd = (lp - lm) / (2.0 * h);
       EXPECT_NEAR(g[i], fd, 2e-2 * std::fabs(fd) + 2e-3)
-          << "matrix role " << key.first << " layer " << key.second << " index " << i;
+          << "tensor role " << key.first << " layer " << key.second << " index " << i;
       ++checked;
     }
   }
-  EXPECT_GE(checked, 75);
+  EXPECT_GE(checked, 100);
 }
 
 TEST(F32Backprop, MatchesFiniteDifferencesLlama) { check_family("llama"); }
