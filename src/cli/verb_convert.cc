@@ -62,9 +62,9 @@ struct ConvertArgs {
 
 std::atomic<bool> g_interrupted{false};
 
-// --preset best's --distill: a new calibration row per step; 124 keeps the 3.5-bpw SmolLM2 preset
+// --preset best's --distill: a new calibration row per step; 80 keeps the 3.5-bpw SmolLM2 preset
 // within 20 minutes on 2 cores (bench/README.md, "Distilled scales and biases").
-constexpr int64_t kPresetDistillSteps = 124;
+constexpr int64_t kPresetDistillSteps = 80;
 
 extern "C" void on_signal(int) { g_interrupted.store(true); }
 
@@ -564,7 +564,7 @@ const bool kRegistered = register_verb({
                      "squared error; with --gptq weighted by the Hessian) (default minmax)")
           ->check(CLI::IsMember({"minmax", "search"}));
       app.add_option("--preset", a->preset,
-                     "best: --rotate-weights --gptq --grid search --grid-refit on --distill 124 "
+                     "best: --rotate-weights --gptq --grid search --grid-refit on --distill 80 "
                      "(with --target-bpw/--target-size or --bits; docs/GPTQ.md)")
           ->check(CLI::IsMember({"best"}));
       add_gptq_flags(app, &a->gptq);
