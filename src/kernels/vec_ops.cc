@@ -410,6 +410,8 @@ HWY_AFTER_NAMESPACE();
 namespace tq {
 
 HWY_EXPORT(StreamSumImpl);
+HWY_EXPORT(RowMax);
+HWY_EXPORT(ExpSum);
 HWY_EXPORT(SiluMulImpl);
 HWY_EXPORT(RmsNormImpl);
 HWY_EXPORT(F32ToF16Impl);
@@ -425,6 +427,14 @@ void rms_norm_simd(const float* x, const float* w, int64_t rows, int64_t d, floa
 
 float stream_sum_f32(const float* x, int64_t n) {
   return HWY_DYNAMIC_DISPATCH(StreamSumImpl)(x, n);
+}
+float max_simd(const float* x, int64_t n) { return HWY_DYNAMIC_DISPATCH(RowMax)(x, n); }
+float exp_sub_sum_simd(float* x, int64_t n, float m) {
+  return HWY_DYNAMIC_DISPATCH(ExpSum)(x, n, m);
+}
+void softmax_simd(float* x, int64_t n) {
+  const float inv = 1.0f / exp_sub_sum_simd(x, n, max_simd(x, n));
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 void silu_mul_simd(float* gate, const float* up, int64_t n) {
   HWY_DYNAMIC_DISPATCH(SiluMulImpl)(gate, up, n);

@@ -14,6 +14,12 @@ namespace tq {
 // decode kernels read a model from DRAM: the bandwidth measure of `tq bench`.
 float stream_sum_f32(const float* x, int64_t n);
 
+// max_i x[i] (n >= 1); x[i] <- exp(x[i] - m), returning Σ x[i] (terms below e^-87 become 0);
+// kernels/ops.h softmax with those two, in vectors (the sum in f32).
+float max_simd(const float* x, int64_t n);
+float exp_sub_sum_simd(float* x, int64_t n, float m);
+void softmax_simd(float* x, int64_t n);
+
 // gate[i] <- gate[i] / (1 + exp(-gate[i])) * up[i] (kernels/ops.h silu_mul), in vectors.
 void silu_mul_simd(float* gate, const float* up, int64_t n);
 

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <mutex>
 
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "kernels/vec_ops.h"
 #include "model/rope.h"
 
 namespace tq {
@@ -13,12 +15,13 @@ namespace {
 
 using R = TensorRole;
 
-std::vector<float> copy_of(const float* p, int64_t n) { return {p, p + n}; }
+// v <- p[0, n), in v's own storage when it is large enough.
+void keep(std::vector<float>& v, const float* p, int64_t n) { v.assign(p, p + n); }
 
-// dx += d rms_norm(x)·w / dx applied to dy, row by row; dw (when not null) += d/dw.
-void rms_norm_backward(const float* x, const float* w, int64_t rows, int64_t d, float eps,
-                       const float* dy, float* dx, float* dw = nullptr) {
-  for (int64_t r = 0; r < rows; ++r) {
+// dx += d rms_norm(x)·w / dx applied to dy, rows [r0, r1); dw (when not null) += d/dw.
+void rms_norm_backward(const float* x, const float* w, int64_t r0, int64_t r1, int64_t d, float eps,
+                       const float* dy, float* dx, float* dw) {
+  for (int64_t r = r0; r < r1; ++r) {
     const float* xr = x + r * d;
     const float* gr = dy + r * d;
     double ss = 0.0, dot = 0.0;
@@ -35,16 +38,6 @@ void rms_norm_backward(const float* x, const float* w, int64_t rows, int64_t d, 
   }
 }
 
-// A norm's rms_norm_backward, its weight's gradient handed to grad() as [1, d] when wanted.
-void norm_backward(const WantsGrad& wants, const MatrixGrad& grad, R role, int64_t layer,
-                   const float* x, const float* w, int64_t rows, int64_t d, float eps,
-                   const float* dy, float* dx) {
-  if (!wants(role, layer)) return rms_norm_backward(x, w, rows, d, eps, dy, dx);
-  std::vector<float> dw(static_cast<size_t>(d), 0.0f);
-  rms_norm_backward(x, w, rows, d, eps, dy, dx, dw.data());
-  grad(role, layer, dw.data(), 1, d);
-}
-
 // dW [out, in] = dy^T [out, rows] · x [rows, in], handed to grad() when wanted.
 void weight_grad(const WantsGrad& wants, const MatrixGrad& grad, R role, int64_t layer,
                  const float* dy, const float* x, int64_t rows, int64_t in, int64_t out,
@@ -57,6 +50,34 @@ void weight_grad(const WantsGrad& wants, const MatrixGrad& grad, R role, int64_t
 
 }  // namespace
 
+void F32Backprop::parallel(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
+                           int per_thread) const {
+  if (pool_ == nullptr || pool_->size() == 1) return fn(0, n);
+  pool_->parallel_for(n, fn, 1, per_thread);
+}
+
+// A norm's backward over all rows; its weight's gradient handed to grad() as [1, d] when wanted
+// (each slice sums its rows' share, then adds it under a lock).
+void F32Backprop::norm_backward(const WantsGrad& wants, const MatrixGrad& grad, TensorRole role,
+                                int64_t layer, const float* x, const float* w, int64_t rows,
+                                int64_t d, const float* dy, float* dx) const {
+  const float eps = static_cast<float>(c_.rms_norm_eps);
+  if (!wants(role, layer)) {
+    parallel(rows, [&](int64_t r0, int64_t r1) {
+      rms_norm_backward(x, w, r0, r1, d, eps, dy, dx, nullptr);
+    });
+    return;
+  }
+  std::vector<float> dw(static_cast<size_t>(d), 0.0f);
+  std::mutex mu;
+  parallel(rows, [&](int64_t r0, int64_t r1) {
+    std::vector<float> part(static_cast<size_t>(d), 0.0f);
+    rms_norm_backward(x, w, r0, r1, d, eps, dy, dx, part.data());
+    const std::lock_guard<std::mutex> lock(mu);
+    for (int64_t i = 0; i < d; ++i) dw[i] += part[i];
+  });
+  grad(role, layer, dw.data(), 1, d);
+}
 Status F32Backprop::supports(const ModelConfig& c) {
   if (c.family == Family::kQwen35)
     return err(
@@ -83,20 +104,20 @@ void F32Backprop::forward(const F32Tensors& t, std::span<const int32_t> tokens, 
     Saved& s = saved_[l];
     s.x = x;
     step_.attn_norm(L, io);
-    s.h1 = copy_of(io.h, rows * d);
+    keep(s.h1, io.h, rows * d);
     step_.qkv(L, io);
-    s.q = copy_of(io.q, rows * qd);
-    s.k = copy_of(io.k, rows * kvd);
-    s.v = copy_of(io.v, rows * kvd);
+    keep(s.q, io.q, rows * qd);
+    keep(s.k, io.k, rows * kvd);
+    keep(s.v, io.v, rows * kvd);
     step_.attn_core(L, io);
-    s.att = copy_of(io.att, rows * qd);
+    keep(s.att, io.att, rows * qd);
     step_.attn_out(L, io);
     s.x1 = x;
     step_.mlp_norm(L, io);
-    s.h2 = copy_of(io.h, rows * d);
+    keep(s.h2, io.h, rows * d);
     step_.mlp_act(L, io);
-    s.up = copy_of(io.up, rows * inter);
-    s.act = copy_of(io.gate, rows * inter);
+    keep(s.up, io.up, rows * inter);
+    keep(s.act, io.gate, rows * inter);
     step_.mlp_out(L, io);
   }
   xf_ = x;
@@ -108,29 +129,36 @@ void F32Backprop::forward(const F32Tensors& t, std::span<const int32_t> tokens, 
 void F32Backprop::backward(const F32Tensors& t, const float* dlogits, const WantsGrad& wants,
                            const MatrixGrad& grad) {
   const int64_t d = c_.hidden_size, rows = n_ * seqs_, vocab = c_.vocab_size;
-  std::vector<float> dh(static_cast<size_t>(rows * d)), dx(static_cast<size_t>(rows * d), 0.0f);
-  gemm(false, false, rows, d, vocab, 1.0f, dlogits, vocab, t.head().data(), d, 0.0f, dh.data(), d);
+  dh_.resize(static_cast<size_t>(rows * d));
+  dx_.assign(static_cast<size_t>(rows * d), 0.0f);
+  gemm(false, false, rows, d, vocab, 1.0f, dlogits, vocab, t.head().data(), d, 0.0f, dh_.data(), d);
   const R head_role = t.tied ? R::kEmbed : R::kLmHead;
-  std::vector<float> dtable;  // [vocab, d]: the head's gradient, then (tied) the lookup's
+  bool table = false;  // dtable_ [vocab, d] holds the tied head's gradient
   if (wants(head_role, -1)) {
-    dtable.resize(static_cast<size_t>(vocab * d));
-    gemm(true, false, vocab, d, rows, 1.0f, dlogits, vocab, hf_.data(), d, 0.0f, dtable.data(), d);
-    if (!t.tied) {
-      grad(R::kLmHead, -1, dtable.data(), vocab, d);
-      dtable.clear();
-    }
+    dtable_.resize(static_cast<size_t>(vocab * d));
+    gemm(true, false, vocab, d, rows, 1.0f, dlogits, vocab, hf_.data(), d, 0.0f, dtable_.data(), d);
+    if (t.tied)
+      table = true;
+    else
+      grad(R::kLmHead, -1, dtable_.data(), vocab, d);
   }
   norm_backward(wants, grad, R::kNormFinal, -1, xf_.data(), t.norm_final.data(), rows, d,
-                static_cast<float>(c_.rms_norm_eps), dh.data(), dx.data());
+                dh_.data(), dx_.data());
+  // RoPE turns each pair by an angle; its transpose turns back.
+  const int64_t half = c_.rotary_dims() / 2;
+  cs_.resize(static_cast<size_t>(n_ * half));
+  sn_.resize(static_cast<size_t>(n_ * half));
+  rope_table(inv_freq_, 0, n_, cs_.data(), sn_.data());
+  for (float& v : sn_) v = -v;
   for (int64_t l = static_cast<int64_t>(t.layers.size()) - 1; l >= 0; --l)
-    layer_backward(t, l, dx.data(), wants, grad);
+    layer_backward(t, l, dx_.data(), wants, grad);
   if (wants(R::kEmbed, -1)) {
-    if (dtable.empty()) dtable.assign(static_cast<size_t>(vocab * d), 0.0f);
+    if (!table) dtable_.assign(static_cast<size_t>(vocab * d), 0.0f);
     for (int64_t r = 0; r < rows; ++r) {
-      float* row = dtable.data() + static_cast<int64_t>(tokens_[r]) * d;
-      for (int64_t i = 0; i < d; ++i) row[i] += dx[r * d + i];
+      float* row = dtable_.data() + static_cast<int64_t>(tokens_[r]) * d;
+      for (int64_t i = 0; i < d; ++i) row[i] += dx_[r * d + i];
     }
-    grad(R::kEmbed, -1, dtable.data(), vocab, d);
+    grad(R::kEmbed, -1, dtable_.data(), vocab, d);
   }
 }
 
@@ -141,66 +169,64 @@ void F32Backprop::layer_backward(const F32Tensors& t, int64_t l, float* dx, cons
   const int64_t d = c_.hidden_size, rows = n_ * seqs_, inter = c_.intermediate_size;
   const int64_t hd = c_.head_dim, qd = c_.num_attention_heads * hd;
   const int64_t kvd = c_.num_key_value_heads * hd;
-  const float eps = static_cast<float>(c_.rms_norm_eps);
-  std::vector<float> scratch;
 
   // MLP: x_out = x1 + (silu(h2·Wg^T) ⊙ h2·Wu^T)·Wd^T, h2 = rms_norm(x1).
-  std::vector<float> dact(static_cast<size_t>(rows * inter)), g(static_cast<size_t>(rows * inter));
-  gemm(false, false, rows, inter, d, 1.0f, dx, d, L.down.data(), inter, 0.0f, dact.data(), inter);
-  weight_grad(wants, grad, R::kMlpDown, l, dx, s.act.data(), rows, inter, d, scratch);
+  dact_.resize(static_cast<size_t>(rows * inter));
+  g_.resize(static_cast<size_t>(rows * inter));
+  float* dact = dact_.data();
+  float* g = g_.data();
+  gemm(false, false, rows, inter, d, 1.0f, dx, d, L.down.data(), inter, 0.0f, dact, inter);
+  weight_grad(wants, grad, R::kMlpDown, l, dx, s.act.data(), rows, inter, d, scratch_);
   matmul_nt(s.h2.data(), rows, d, L.gate.data(), inter,
-            L.gate_b.empty() ? nullptr : L.gate_b.data(), g.data());
-  for (int64_t i = 0; i < rows * inter; ++i) {  // g <- d/dgate, dact <- d/dup
-    const float z = g[i], sg = 1.0f / (1.0f + std::exp(-z));
-    const float da = dact[i];
-    g[i] = da * s.up[i] * sg * (1.0f + z * (1.0f - sg));
-    dact[i] = da * z * sg;
-  }
-  weight_grad(wants, grad, R::kMlpGate, l, g.data(), s.h2.data(), rows, d, inter, scratch);
-  weight_grad(wants, grad, R::kMlpUp, l, dact.data(), s.h2.data(), rows, d, inter, scratch);
-  std::vector<float> dh(static_cast<size_t>(rows * d));
-  gemm(false, false, rows, d, inter, 1.0f, g.data(), inter, L.gate.data(), d, 0.0f, dh.data(), d);
-  gemm(false, false, rows, d, inter, 1.0f, dact.data(), inter, L.up.data(), d, 1.0f, dh.data(), d);
-  norm_backward(wants, grad, R::kNormMlp, l, s.x1.data(), L.norm_mlp.data(), rows, d, eps,
-                dh.data(), dx);
+            L.gate_b.empty() ? nullptr : L.gate_b.data(), g);
+  parallel(rows * inter, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {  // g <- d/dgate, dact <- d/dup
+      const float z = g[i], sg = 1.0f / (1.0f + std::exp(-z));
+      const float da = dact[i];
+      g[i] = da * s.up[i] * sg * (1.0f + z * (1.0f - sg));
+      dact[i] = da * z * sg;
+    }
+  });
+  weight_grad(wants, grad, R::kMlpGate, l, g, s.h2.data(), rows, d, inter, scratch_);
+  weight_grad(wants, grad, R::kMlpUp, l, dact, s.h2.data(), rows, d, inter, scratch_);
+  dhl_.resize(static_cast<size_t>(rows * d));
+  float* dh = dhl_.data();
+  gemm(false, false, rows, d, inter, 1.0f, g, inter, L.gate.data(), d, 0.0f, dh, d);
+  gemm(false, false, rows, d, inter, 1.0f, dact, inter, L.up.data(), d, 1.0f, dh, d);
+  norm_backward(wants, grad, R::kNormMlp, l, s.x1.data(), L.norm_mlp.data(), rows, d, dh, dx);
 
   // Attention: x1 = x + attention(rope(q), rope(k), v)·Wo^T, q/k/v from h1 = rms_norm(x).
-  std::vector<float> datt(static_cast<size_t>(rows * qd));
-  gemm(false, false, rows, qd, d, 1.0f, dx, d, L.o.data(), qd, 0.0f, datt.data(), qd);
-  weight_grad(wants, grad, R::kAttnO, l, dx, s.att.data(), rows, qd, d, scratch);
-  std::vector<float> dq(static_cast<size_t>(rows * qd)), dk(static_cast<size_t>(rows * kvd)),
-      dv(static_cast<size_t>(rows * kvd));
-  attention_backward(s, datt.data(), dq.data(), dk.data(), dv.data());
-  // RoPE turns each pair by an angle; its transpose turns back.
-  const int64_t half = c_.rotary_dims() / 2;
-  std::vector<float> cs(static_cast<size_t>(n_ * half)), sn(static_cast<size_t>(n_ * half));
-  rope_table(inv_freq_, 0, n_, cs.data(), sn.data());
-  for (float& v : sn) v = -v;
-  rope_rows(c_, cs.data(), sn.data(), n_, 0, rows, dq.data(), dk.data());
+  datt_.resize(static_cast<size_t>(rows * qd));
+  gemm(false, false, rows, qd, d, 1.0f, dx, d, L.o.data(), qd, 0.0f, datt_.data(), qd);
+  weight_grad(wants, grad, R::kAttnO, l, dx, s.att.data(), rows, qd, d, scratch_);
+  dq_.resize(static_cast<size_t>(rows * qd));
+  dk_.resize(static_cast<size_t>(rows * kvd));
+  dv_.resize(static_cast<size_t>(rows * kvd));
+  attention_backward(s, datt_.data(), dq_.data(), dk_.data(), dv_.data());
+  rope_rows(c_, cs_.data(), sn_.data(), n_, 0, rows, dq_.data(), dk_.data());
   if (!L.q_norm.empty()) {  // qwen3: the per-head norms before RoPE, on recomputed projections
-    std::vector<float> lin(static_cast<size_t>(rows * qd)), dlin(static_cast<size_t>(rows * qd));
+    lin_.resize(static_cast<size_t>(rows * qd));
+    dlin_.assign(static_cast<size_t>(rows * qd), 0.0f);
     matmul_nt(s.h1.data(), rows, d, L.q.data(), qd, L.q_b.empty() ? nullptr : L.q_b.data(),
-              lin.data());
-    std::fill(dlin.begin(), dlin.end(), 0.0f);
-    norm_backward(wants, grad, R::kQNorm, l, lin.data(), L.q_norm.data(),
-                  rows * c_.num_attention_heads, hd, eps, dq.data(), dlin.data());
-    dq.swap(dlin);
-    lin.resize(static_cast<size_t>(rows * kvd));
-    dlin.assign(static_cast<size_t>(rows * kvd), 0.0f);
+              lin_.data());
+    norm_backward(wants, grad, R::kQNorm, l, lin_.data(), L.q_norm.data(),
+                  rows * c_.num_attention_heads, hd, dq_.data(), dlin_.data());
+    dq_.swap(dlin_);
+    lin_.resize(static_cast<size_t>(rows * kvd));
+    dlin_.assign(static_cast<size_t>(rows * kvd), 0.0f);
     matmul_nt(s.h1.data(), rows, d, L.k.data(), kvd, L.k_b.empty() ? nullptr : L.k_b.data(),
-              lin.data());
-    norm_backward(wants, grad, R::kKNorm, l, lin.data(), L.k_norm.data(),
-                  rows * c_.num_key_value_heads, hd, eps, dk.data(), dlin.data());
-    dk.swap(dlin);
+              lin_.data());
+    norm_backward(wants, grad, R::kKNorm, l, lin_.data(), L.k_norm.data(),
+                  rows * c_.num_key_value_heads, hd, dk_.data(), dlin_.data());
+    dk_.swap(dlin_);
   }
-  weight_grad(wants, grad, R::kAttnQ, l, dq.data(), s.h1.data(), rows, d, qd, scratch);
-  weight_grad(wants, grad, R::kAttnK, l, dk.data(), s.h1.data(), rows, d, kvd, scratch);
-  weight_grad(wants, grad, R::kAttnV, l, dv.data(), s.h1.data(), rows, d, kvd, scratch);
-  gemm(false, false, rows, d, qd, 1.0f, dq.data(), qd, L.q.data(), d, 0.0f, dh.data(), d);
-  gemm(false, false, rows, d, kvd, 1.0f, dk.data(), kvd, L.k.data(), d, 1.0f, dh.data(), d);
-  gemm(false, false, rows, d, kvd, 1.0f, dv.data(), kvd, L.v.data(), d, 1.0f, dh.data(), d);
-  norm_backward(wants, grad, R::kNormAttn, l, s.x.data(), L.norm_attn.data(), rows, d, eps,
-                dh.data(), dx);
+  weight_grad(wants, grad, R::kAttnQ, l, dq_.data(), s.h1.data(), rows, d, qd, scratch_);
+  weight_grad(wants, grad, R::kAttnK, l, dk_.data(), s.h1.data(), rows, d, kvd, scratch_);
+  weight_grad(wants, grad, R::kAttnV, l, dv_.data(), s.h1.data(), rows, d, kvd, scratch_);
+  gemm(false, false, rows, d, qd, 1.0f, dq_.data(), qd, L.q.data(), d, 0.0f, dh, d);
+  gemm(false, false, rows, d, kvd, 1.0f, dk_.data(), kvd, L.k.data(), d, 1.0f, dh, d);
+  gemm(false, false, rows, d, kvd, 1.0f, dv_.data(), kvd, L.v.data(), d, 1.0f, dh, d);
+  norm_backward(wants, grad, R::kNormAttn, l, s.x.data(), L.norm_attn.data(), rows, d, dh, dx);
 }
 
 void F32Backprop::attention_backward(const Saved& s, const float* datt, float* dq, float* dk,
@@ -210,7 +236,10 @@ void F32Backprop::attention_backward(const Saved& s, const float* datt, float* d
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   std::fill_n(dk, seqs_ * n * kvd, 0.0f);
   std::fill_n(dv, seqs_ * n * kvd, 0.0f);
-  std::vector<float> p(static_cast<size_t>(n * n)), dp(static_cast<size_t>(n * n));
+  p_.resize(static_cast<size_t>(n * n));
+  dp_.resize(static_cast<size_t>(n * n));
+  float* p = p_.data();
+  float* dp = dp_.data();
   for (int64_t sq = 0; sq < seqs_; ++sq) {
     for (int64_t h = 0; h < nh; ++h) {
       const int64_t g = h / group;
@@ -220,24 +249,28 @@ void F32Backprop::attention_backward(const Saved& s, const float* datt, float* d
       const float* o = s.att.data() + sq * n * qd + h * hd;
       const float* da = datt + sq * n * qd + h * hd;
       // P = causal softmax(scale · q k^T), recomputed; dP = dA v^T.
-      gemm(false, true, n, n, hd, scale, q, qd, k, kvd, 0.0f, p.data(), n);
-      gemm(false, true, n, n, hd, 1.0f, da, qd, v, kvd, 0.0f, dp.data(), n);
-      for (int64_t i = 0; i < n; ++i) {
-        float* pr = p.data() + i * n;
-        softmax(pr, i + 1);
-        std::fill(pr + i + 1, pr + n, 0.0f);
-        double dsum = 0.0;  // Σ_j P_ij dP_ij = dA_i · O_i
-        for (int64_t c = 0; c < hd; ++c)
-          dsum += static_cast<double>(da[i * qd + c]) * o[i * qd + c];
-        float* dr = dp.data() + i * n;
-        for (int64_t j = 0; j <= i; ++j) dr[j] = pr[j] * (dr[j] - static_cast<float>(dsum));
-        std::fill(dr + i + 1, dr + n, 0.0f);
-      }
-      gemm(false, false, n, hd, n, scale, dp.data(), n, k, kvd, 0.0f, dq + sq * n * qd + h * hd,
-           qd);
-      gemm(true, false, n, hd, n, scale, dp.data(), n, q, qd, 1.0f, dk + sq * n * kvd + g * hd,
-           kvd);
-      gemm(true, false, n, hd, n, 1.0f, p.data(), n, da, qd, 1.0f, dv + sq * n * kvd + g * hd, kvd);
+      gemm(false, true, n, n, hd, scale, q, qd, k, kvd, 0.0f, p, n);
+      gemm(false, true, n, n, hd, 1.0f, da, qd, v, kvd, 0.0f, dp, n);
+      // Row i costs i + 1: eight slices a thread even that out.
+      parallel(
+          n,
+          [&](int64_t i0, int64_t i1) {
+            for (int64_t i = i0; i < i1; ++i) {
+              float* pr = p + i * n;
+              softmax_simd(pr, i + 1);
+              std::fill(pr + i + 1, pr + n, 0.0f);
+              double dsum = 0.0;  // Σ_j P_ij dP_ij = dA_i · O_i
+              for (int64_t c = 0; c < hd; ++c)
+                dsum += static_cast<double>(da[i * qd + c]) * o[i * qd + c];
+              float* dr = dp + i * n;
+              for (int64_t j = 0; j <= i; ++j) dr[j] = pr[j] * (dr[j] - static_cast<float>(dsum));
+              std::fill(dr + i + 1, dr + n, 0.0f);
+            }
+          },
+          8);
+      gemm(false, false, n, hd, n, scale, dp, n, k, kvd, 0.0f, dq + sq * n * qd + h * hd, qd);
+      gemm(true, false, n, hd, n, scale, dp, n, q, qd, 1.0f, dk + sq * n * kvd + g * hd, kvd);
+      gemm(true, false, n, hd, n, 1.0f, p, n, da, qd, 1.0f, dv + sq * n * kvd + g * hd, kvd);
     }
   }
 }

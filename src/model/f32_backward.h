@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/result.h"
+#include "base/thread_pool.h"
 #include "model/f32_step.h"
 
 namespace tq {
@@ -25,8 +26,10 @@ class F32Backprop {
  public:
   // An error naming what the backward does not implement (Gated DeltaNet, gated attention).
   static Status supports(const ModelConfig& c);
-  F32Backprop(const ModelConfig& c, std::vector<double> inv_freq)
-      : c_(c), inv_freq_(std::move(inv_freq)), step_(c) {}
+  // `pool` (may be null: one thread) runs the element-wise and per-row work between the
+  // products; the products are OpenBLAS's, threaded by it.
+  F32Backprop(const ModelConfig& c, std::vector<double> inv_freq, ThreadPool* pool = nullptr)
+      : c_(c), inv_freq_(std::move(inv_freq)), step_(c), pool_(pool) {}
 
   // logits [seqs * n, vocab] of `seqs` sequences of n tokens each (positions from 0), keeping
   // every layer's activations for backward().
@@ -44,6 +47,13 @@ class F32Backprop {
   void layer_backward(const F32Tensors& t, int64_t l, float* dx, const WantsGrad& wants,
                       const MatrixGrad& grad);
   void attention_backward(const Saved& s, const float* datt, float* dq, float* dk, float* dv);
+  // fn(begin, end) over [0, n), on the pool when there is one; `per_thread` slices each even
+  // out rows of unequal cost.
+  void norm_backward(const WantsGrad& wants, const MatrixGrad& grad, TensorRole role, int64_t layer,
+                     const float* x, const float* w, int64_t rows, int64_t d, const float* dy,
+                     float* dx) const;
+  void parallel(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
+                int per_thread = 1) const;
 
   ModelConfig c_;
   std::vector<double> inv_freq_;
@@ -53,6 +63,11 @@ class F32Backprop {
   std::vector<int32_t> tokens_;
   std::vector<Saved> saved_;
   std::vector<float> xf_, hf_;  // the final norm's input and output
+  ThreadPool* pool_ = nullptr;
+  // Kept between steps: a step's buffers are the same size every time, and fresh pages of a
+  // new allocation cost the kernel's zeroing.
+  std::vector<float> dh_, dx_, dtable_, dact_, g_, dhl_, datt_, dq_, dk_, dv_, scratch_, cs_, sn_,
+      lin_, dlin_, p_, dp_;
 };
 
 }  // namespace tq

@@ -70,6 +70,11 @@ void F32Model::layer(int64_t l, float* x, int64_t n, const WeightOverride* ov, i
   mlp_half(l, x, n * seqs, ov);
 }
 
+void F32Model::layer(int64_t l, float* x, int64_t n, int64_t seqs, F32Buffers& buf) const {
+  F32Io io = buf.bind(cfg_, inv_freq_, x, n, seqs);
+  step_.run(t_.layers[static_cast<size_t>(l)], io);
+}
+
 void F32Model::head(const float* x, int64_t n, float* logits, const WeightOverride* ov) const {
   const int64_t d = cfg_.hidden_size;
   std::vector<float> h(static_cast<size_t>(n * d));

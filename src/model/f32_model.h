@@ -45,6 +45,9 @@ class F32Model {
   void mlp_half(int64_t l, float* x, int64_t rows, const WeightOverride* ov = nullptr) const;
   void layer(int64_t l, float* x, int64_t n, const WeightOverride* ov = nullptr,
              int64_t seqs = 1) const;
+  // layer() in the caller's buffers, kept between calls (a loop over layers and steps then
+  // allocates, and the kernel zeroes, no fresh pages per layer).
+  void layer(int64_t l, float* x, int64_t n, int64_t seqs, F32Buffers& buf) const;
   // logits [n, vocab] = final_norm(x) · head^T; a kLmHead (tied: kEmbed) override replaces it.
   void head(const float* x, int64_t n, float* logits, const WeightOverride* ov = nullptr) const;
 

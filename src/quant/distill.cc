@@ -6,8 +6,10 @@
 #include <cstring>
 #include <numbers>
 
+#include "base/thread_pool.h"
 #include "formats/mlx_quant.h"
 #include "io/checkpoint_dir.h"
+#include "kernels/vec_ops.h"
 #include "model/f32_backward.h"
 #include "model/f32_model.h"
 #include "model/layer.h"
@@ -65,96 +67,100 @@ std::vector<uint8_t> encode(DType t, const std::vector<float>& v) {
 
 // The student's matrix from the codes and the scales and biases as they will be stored,
 // s·q + b evaluated in f32 (what load_f32_compute gives).
-void dequantize_into(const AffineParam& p, bool round) {
-  float* w = p.field->data();
-  const int64_t per_row = p.cols / p.group;
-  for (int64_t r = 0; r < p.rows; ++r)
-    for (int64_t g = 0; g < per_row; ++g) {
-      const int64_t gi = r * per_row + g;
-      const float s = stored_value(p.dtype, p.s[gi], round);
-      const float b = stored_value(p.dtype, p.b[gi], round);
-      const uint8_t* q = p.codes.data() + r * p.cols + g * p.group;
-      float* o = w + r * p.cols + g * p.group;
-      for (int64_t j = 0; j < p.group; ++j) o[j] = s * static_cast<float>(q[j]) + b;
-    }
+void dequantize_into(const AffineParam& p, bool round, ThreadPool& pool) {
+  pool.parallel_for(p.rows, [&](int64_t r0, int64_t r1) {
+    float* w = p.field->data();
+    const int64_t per_row = p.cols / p.group;
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t g = 0; g < per_row; ++g) {
+        const int64_t gi = r * per_row + g;
+        const float s = stored_value(p.dtype, p.s[gi], round);
+        const float b = stored_value(p.dtype, p.b[gi], round);
+        const uint8_t* q = p.codes.data() + r * p.cols + g * p.group;
+        float* o = w + r * p.cols + g * p.group;
+        for (int64_t j = 0; j < p.group; ++j) o[j] = s * static_cast<float>(q[j]) + b;
+      }
+  });
 }
 
 // dL/ds = Σ dL/dw · q and dL/db = Σ dL/dw over each group (straight through the rounding).
-void accumulate_group_grads(AffineParam& p, const float* dw) {
-  const int64_t per_row = p.cols / p.group;
-  for (int64_t r = 0; r < p.rows; ++r)
-    for (int64_t g = 0; g < per_row; ++g) {
-      const int64_t gi = r * per_row + g;
-      const uint8_t* q = p.codes.data() + r * p.cols + g * p.group;
-      const float* d = dw + r * p.cols + g * p.group;
-      float ss = 0.0f, sb = 0.0f;
-      for (int64_t j = 0; j < p.group; ++j) {
-        ss += d[j] * static_cast<float>(q[j]);
-        sb += d[j];
+void accumulate_group_grads(AffineParam& p, const float* dw, ThreadPool& pool) {
+  pool.parallel_for(p.rows, [&](int64_t r0, int64_t r1) {
+    const int64_t per_row = p.cols / p.group;
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t g = 0; g < per_row; ++g) {
+        const int64_t gi = r * per_row + g;
+        const uint8_t* q = p.codes.data() + r * p.cols + g * p.group;
+        const float* d = dw + r * p.cols + g * p.group;
+        float ss = 0.0f, sb = 0.0f;
+        for (int64_t j = 0; j < p.group; ++j) {
+          ss += d[j] * static_cast<float>(q[j]);
+          sb += d[j];
+        }
+        p.gs[gi] += ss, p.gb[gi] += sb;
       }
-      p.gs[gi] += ss, p.gb[gi] += sb;
-    }
+  });
 }
 
 // One Adam step (β 0.9 / 0.999, bias-corrected at step t) of x by lr·unit, clearing g.
 void adam_step(std::vector<float>& x, std::vector<float>& g, std::vector<float>& m,
-               std::vector<float>& v, const std::vector<float>& unit, double lr, int64_t t) {
+               std::vector<float>& v, const std::vector<float>& unit, double lr, int64_t t,
+               ThreadPool& pool) {
   constexpr double b1 = 0.9, b2 = 0.999;
   const double c1 = 1.0 - std::pow(b1, static_cast<double>(t));
   const double c2 = 1.0 - std::pow(b2, static_cast<double>(t));
-  for (size_t i = 0; i < x.size(); ++i) {
-    m[i] = static_cast<float>(b1 * m[i] + (1.0 - b1) * g[i]);
-    v[i] = static_cast<float>(b2 * v[i] + (1.0 - b2) * static_cast<double>(g[i]) * g[i]);
-    const double vh = v[i] / c2;
-    if (vh <= 0.0) continue;
-    x[i] -= static_cast<float>(lr * unit[i] * (m[i] / c1) / (std::sqrt(vh) + 1e-30));
-  }
-  std::fill(g.begin(), g.end(), 0.0f);
+  pool.parallel_for(static_cast<int64_t>(x.size()), [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
+      m[i] = static_cast<float>(b1 * m[i] + (1.0 - b1) * g[i]);
+      v[i] = static_cast<float>(b2 * v[i] + (1.0 - b2) * static_cast<double>(g[i]) * g[i]);
+      g[i] = 0.0f;
+      const double vh = v[i] / c2;
+      if (vh <= 0.0) continue;
+      x[i] -= static_cast<float>(lr * unit[i] * (m[i] / c1) / (std::sqrt(vh) + 1e-30));
+    }
+  });
 }
 
-void adam_update(AffineParam& p, double lr, int64_t t) {
-  adam_step(p.s, p.gs, p.ms, p.vs, p.unit, lr, t);
-  adam_step(p.b, p.gb, p.mb, p.vb, p.unit, lr, t);
+void adam_update(AffineParam& p, double lr, int64_t t, ThreadPool& pool) {
+  adam_step(p.s, p.gs, p.ms, p.vs, p.unit, lr, t, pool);
+  adam_step(p.b, p.gb, p.mb, p.vb, p.unit, lr, t, pool);
 }
 
-void adam_update(NormParam& p, double lr, int64_t t, bool round) {
-  adam_step(p.w, p.g, p.m, p.v, p.unit, lr, t);
+void adam_update(NormParam& p, double lr, int64_t t, bool round, ThreadPool& pool) {
+  adam_step(p.w, p.g, p.m, p.v, p.unit, lr, t, pool);
   for (size_t i = 0; i < p.w.size(); ++i) (*p.field)[i] = stored_value(p.dtype, p.w[i], round);
 }
 
 // Mean KL(teacher || student) of rows at temperature T; `dstudent` (may alias `student`) gets
-// dL/dlogits of the mean.
+// dL/dlogits of the mean. Rows are independent: each slice of them keeps its own exponentials.
 double kl_and_grad(const float* teacher, float* student, int64_t rows, int64_t vocab, double T,
-                   float* dstudent) {
-  double total = 0.0;
+                   float* dstudent, ThreadPool& pool) {
   const float inv_t = static_cast<float>(1.0 / T);
-  std::vector<float> et(static_cast<size_t>(vocab)), es(static_cast<size_t>(vocab));
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* zt = teacher + r * vocab;
-    float* zs = student + r * vocab;
-    float mt = -INFINITY, ms = -INFINITY;
-    for (int64_t i = 0; i < vocab; ++i) {
-      mt = std::max(mt, zt[i] * inv_t);
-      ms = std::max(ms, zs[i] * inv_t);
+  std::vector<double> row_kl(static_cast<size_t>(rows));
+  pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+    std::vector<float> et(static_cast<size_t>(vocab)), es(static_cast<size_t>(vocab));
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* zt = teacher + r * vocab;
+      float* zs = student + r * vocab;
+      for (int64_t i = 0; i < vocab; ++i) et[i] = zt[i] * inv_t, es[i] = zs[i] * inv_t;
+      const float mt = max_simd(et.data(), vocab), ms = max_simd(es.data(), vocab);
+      const double st = exp_sub_sum_simd(et.data(), vocab, mt);
+      const double ss = exp_sub_sum_simd(es.data(), vocab, ms);
+      // log pt - log ps = (zt - zs) / T - (mt - ms) - log st + log ss
+      const double c = -(static_cast<double>(mt) - ms) - std::log(st) + std::log(ss);
+      double kl = 0.0;
+      for (int64_t i = 0; i < vocab; ++i)
+        kl += static_cast<double>(et[i]) * ((static_cast<double>(zt[i]) - zs[i]) * inv_t + c);
+      row_kl[r] = kl / st;
+      if (dstudent != nullptr) {
+        const float ft = static_cast<float>(1.0 / st), fs = static_cast<float>(1.0 / ss);
+        const float k = static_cast<float>(1.0 / (T * static_cast<double>(rows)));
+        for (int64_t i = 0; i < vocab; ++i) dstudent[r * vocab + i] = (es[i] * fs - et[i] * ft) * k;
+      }
     }
-    double st = 0.0, ss = 0.0;
-    for (int64_t i = 0; i < vocab; ++i) {
-      et[i] = std::exp(zt[i] * inv_t - mt);
-      es[i] = std::exp(zs[i] * inv_t - ms);
-      st += et[i], ss += es[i];
-    }
-    // log pt - log ps = (zt - zs) / T - (mt - ms) - log st + log ss
-    const double c = -(static_cast<double>(mt) - ms) - std::log(st) + std::log(ss);
-    double kl = 0.0;
-    for (int64_t i = 0; i < vocab; ++i)
-      kl += static_cast<double>(et[i]) * ((static_cast<double>(zt[i]) - zs[i]) * inv_t + c);
-    total += kl / st;
-    if (dstudent != nullptr) {
-      const float ft = static_cast<float>(1.0 / st), fs = static_cast<float>(1.0 / ss);
-      const float k = static_cast<float>(1.0 / (T * static_cast<double>(rows)));
-      for (int64_t i = 0; i < vocab; ++i) dstudent[r * vocab + i] = (es[i] * fs - et[i] * ft) * k;
-    }
-  }
+  });
+  double total = 0.0;
+  for (double v : row_kl) total += v;
   return total / static_cast<double>(rows);
 }
 
@@ -300,12 +306,14 @@ Result<DistillResult> distill_scales(const ModelSource& teacher, const ModelSour
 
   const int64_t n = calib.seq_len, vocab = cfg.vocab_size, d = cfg.hidden_size;
   const int64_t train_rows = calib.rows() - o.holdout_rows, S = o.seqs_per_step;
-  F32Backprop bp(cfg, inv_freq);
+  ThreadPool pool;
+  F32Backprop bp(cfg, inv_freq, &pool);
   std::vector<float> zt(static_cast<size_t>(S * n * vocab)), zs(zt.size());
   std::vector<float> x(static_cast<size_t>(S * n * d));
+  F32Buffers tbuf;
   auto teacher_logits = [&](std::span<const int32_t> tokens, int64_t seqs) {
     tm->embed(tokens, x.data());
-    for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) tm->layer(l, x.data(), n, nullptr, seqs);
+    for (int64_t l = 0; l < cfg.num_hidden_layers; ++l) tm->layer(l, x.data(), n, seqs, tbuf);
     tm->head(x.data(), seqs * n, zt.data());
   };
   auto holdout_kl = [&]() {
@@ -314,12 +322,12 @@ Result<DistillResult> distill_scales(const ModelSource& teacher, const ModelSour
       const std::span<const int32_t> row = calib.row(train_rows + h);
       teacher_logits(row, 1);
       bp.forward(st, row, n, 1, zs.data());
-      sum += kl_and_grad(zt.data(), zs.data(), n, vocab, 1.0, nullptr);
+      sum += kl_and_grad(zt.data(), zs.data(), n, vocab, 1.0, nullptr, pool);
     }
     return o.holdout_rows > 0 ? sum / static_cast<double>(o.holdout_rows) : 0.0;
   };
 
-  for (const AffineParam& p : params) dequantize_into(p, true);
+  for (const AffineParam& p : params) dequantize_into(p, true, pool);
   res.holdout_before = holdout_kl();
   std::vector<int32_t> tokens(static_cast<size_t>(S * n));
   for (int64_t step = 1; step <= o.steps; ++step) {
@@ -331,7 +339,8 @@ Result<DistillResult> distill_scales(const ModelSource& teacher, const ModelSour
     }
     teacher_logits(tokens, S);
     bp.forward(st, tokens, n, S, zs.data());
-    const double loss = kl_and_grad(zt.data(), zs.data(), S * n, vocab, o.temperature, zs.data());
+    const double loss =
+        kl_and_grad(zt.data(), zs.data(), S * n, vocab, o.temperature, zs.data(), pool);
     bp.backward(
         st, zs.data(),
         [&](TensorRole r, int64_t l) {
@@ -339,7 +348,7 @@ Result<DistillResult> distill_scales(const ModelSource& teacher, const ModelSour
         },
         [&](TensorRole r, int64_t l, const float* dw, int64_t, int64_t) {
           if (auto it = by_role.find(key(r, l)); it != by_role.end()) {
-            accumulate_group_grads(*it->second, dw);
+            accumulate_group_grads(*it->second, dw, pool);
           } else {
             NormParam& p = *norm_by_role.at(key(r, l));
             for (size_t i = 0; i < p.g.size(); ++i) p.g[i] += dw[i];
@@ -351,16 +360,16 @@ Result<DistillResult> distill_scales(const ModelSource& teacher, const ModelSour
     const double lr = o.lr * std::min(1.0, static_cast<double>(step) / warm) *
                       (o.schedule ? 0.5 * (1.0 + std::cos(std::numbers::pi * frac)) : 1.0);
     for (AffineParam& p : params) {
-      adam_update(p, lr, step);
-      dequantize_into(p, o.round_each_step);
+      adam_update(p, lr, step, pool);
+      dequantize_into(p, o.round_each_step, pool);
     }
-    for (NormParam& p : norms) adam_update(p, lr, step, o.round_each_step);
+    for (NormParam& p : norms) adam_update(p, lr, step, o.round_each_step, pool);
     res.losses.push_back(loss);
     res.train_tokens += S * n;
     if (progress)
       progress({step, o.steps, loss, std::chrono::duration<double>(clock::now() - ts).count()});
   }
-  for (const AffineParam& p : params) dequantize_into(p, true);
+  for (const AffineParam& p : params) dequantize_into(p, true, pool);
   for (NormParam& p : norms)
     for (size_t i = 0; i < p.w.size(); ++i) (*p.field)[i] = stored_value(p.dtype, p.w[i]);
   res.holdout_after = holdout_kl();

@@ -8,6 +8,7 @@
 #include <hwy/highway.h>
 #include <hwy/targets.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -196,6 +197,29 @@ TEST(SiluMul, EqualsTheScalarReferenceOnEveryTarget) {
     silu_mul_simd(got.data(), u.data(), static_cast<int64_t>(got.size()));
     for (size_t i = 0; i < g.size(); ++i)
       ASSERT_NEAR(got[i], want[i], 1e-6f * std::fabs(want[i]) + 1e-30f) << "x " << g[i];
+  }
+  hwy::SetSupportedTargetsForTest(0);
+}
+
+// The vector softmax (distillation's attention backward and KL) equals the scalar one within
+// a few ulps of the largest weight on every target, at lengths around the vector widths.
+TEST(Softmax, EqualsTheScalarReferenceOnEveryTarget) {
+  std::mt19937 rng(14);
+  std::normal_distribution<float> nd(0.0f, 6.0f);
+  for (int64_t n : {1, 7, 16, 17, 64, 511, 49152}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = nd(rng);
+    if (n > 2) x[1] = -200.0f, x[2] = 60.0f;  // one underflows to 0, one dominates
+    std::vector<float> want = x;
+    softmax(want.data(), n);
+    for (int64_t t : hwy::SupportedAndGeneratedTargets()) {
+      hwy::SetSupportedTargetsForTest(t);
+      SCOPED_TRACE(hwy::TargetName(t) + std::string(" n ") + std::to_string(n));
+      ASSERT_EQ(max_simd(x.data(), n), *std::max_element(x.begin(), x.end()));
+      std::vector<float> got = x;
+      softmax_simd(got.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], 4e-7f + 2e-6f * want[i]);
+    }
   }
   hwy::SetSupportedTargetsForTest(0);
 }

@@ -51,12 +51,12 @@ double loss(F32Backprop& bp, const F32Tensors& t, const std::vector<int32_t>& to
   return s;
 }
 
-void check_family(const std::string& type) {
+void check_family(const std::string& type, ThreadPool* pool = nullptr) {
   SCOPED_TRACE(type);
   const ModelConfig c = config(type);
   ASSERT_TRUE(F32Backprop::supports(c).ok());
   F32Tensors t = random_model(c);
-  F32Backprop bp(c, *rope_inv_freq(c));
+  F32Backprop bp(c, *rope_inv_freq(c), pool);
   const int64_t n = 6, seqs = 2;
   std::vector<int32_t> tokens = {3, 17, 5, 3, 69, 0, 11, 11, 2, 30, 8, 17};
   std::mt19937 rng(5);
@@ -113,6 +113,43 @@ void check_family(const std::string& type) {
 TEST(F32Backprop, MatchesFiniteDifferencesLlama) { check_family("llama"); }
 TEST(F32Backprop, MatchesFiniteDifferencesQwen2) { check_family("qwen2"); }
 TEST(F32Backprop, MatchesFiniteDifferencesQwen3) { check_family("qwen3"); }
+
+// With a pool the element-wise and per-row work is split between threads (distillation's
+// setting): the same finite differences hold, and the gradients equal the one-thread ones
+// (norm weights summed per slice: within rounding).
+TEST(F32Backprop, ThreadedMatchesFiniteDifferencesAndOneThread) {
+  ThreadPool pool(2);
+  check_family("qwen3", &pool);
+  const ModelConfig c = config("llama");
+  F32Tensors t = random_model(c);
+  std::vector<int32_t> tokens = {3, 17, 5, 3, 69, 0, 11, 11, 2, 30, 8, 17, 40, 41, 2, 9};
+  const int64_t n = 8, seqs = 2;
+  std::vector<float> cvec(static_cast<size_t>(n * seqs * c.vocab_size));
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  for (float& x : cvec) x = nd(rng);
+  auto grads = [&](ThreadPool* p) {
+    F32Backprop bp(c, *rope_inv_freq(c), p);
+    std::vector<float> logits(cvec.size());
+    bp.forward(t, tokens, n, seqs, logits.data());
+    std::map<std::pair<int, int64_t>, std::vector<float>> g;
+    bp.backward(
+        t, cvec.data(), [](TensorRole, int64_t) { return true; },
+        [&](TensorRole r, int64_t l, const float* dw, int64_t out, int64_t in) {
+          g[{static_cast<int>(r), l}].assign(dw, dw + out * in);
+        });
+    return g;
+  };
+  const auto one = grads(nullptr), two = grads(&pool);
+  ASSERT_EQ(one.size(), two.size());
+  for (const auto& [key, g] : one) {
+    const std::vector<float>& h = two.at(key);
+    ASSERT_EQ(g.size(), h.size());
+    for (size_t i = 0; i < g.size(); ++i)
+      ASSERT_NEAR(g[i], h[i], 1e-5f * std::fabs(g[i]) + 1e-6f)
+          << "role " << key.first << " layer " << key.second << " index " << i;
+  }
+}
 
 TEST(F32Backprop, RefusesGatedDeltaNet) {
   ModelConfig c = config("llama");
