@@ -56,8 +56,8 @@ void F32Backprop::parallel(int64_t n, const std::function<void(int64_t, int64_t)
   pool_->parallel_for(n, fn, 1, per_thread);
 }
 
-// A norm's backward over all rows; its weight's gradient handed to grad() as [1, d] when wanted
-// (each slice sums its rows' share, then adds it under a lock).
+// The weight's gradient goes to grad() as [1, d]: each slice sums its rows' share, then adds
+// it under a lock.
 void F32Backprop::norm_backward(const WantsGrad& wants, const MatrixGrad& grad, TensorRole role,
                                 int64_t layer, const float* x, const float* w, int64_t rows,
                                 int64_t d, const float* dy, float* dx) const {
@@ -78,6 +78,7 @@ void F32Backprop::norm_backward(const WantsGrad& wants, const MatrixGrad& grad, 
   });
   grad(role, layer, dw.data(), 1, d);
 }
+
 Status F32Backprop::supports(const ModelConfig& c) {
   if (c.family == Family::kQwen35)
     return err(
@@ -189,8 +190,8 @@ void F32Backprop::layer_backward(const F32Tensors& t, int64_t l, float* dx, cons
   });
   weight_grad(wants, grad, R::kMlpGate, l, g, s.h2.data(), rows, d, inter, scratch_);
   weight_grad(wants, grad, R::kMlpUp, l, dact, s.h2.data(), rows, d, inter, scratch_);
-  dhl_.resize(static_cast<size_t>(rows * d));
-  float* dh = dhl_.data();
+  dh_.resize(static_cast<size_t>(rows * d));  // the head's part is spent by now
+  float* dh = dh_.data();
   gemm(false, false, rows, d, inter, 1.0f, g, inter, L.gate.data(), d, 0.0f, dh, d);
   gemm(false, false, rows, d, inter, 1.0f, dact, inter, L.up.data(), d, 1.0f, dh, d);
   norm_backward(wants, grad, R::kNormMlp, l, s.x1.data(), L.norm_mlp.data(), rows, d, dh, dx);

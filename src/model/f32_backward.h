@@ -47,11 +47,12 @@ class F32Backprop {
   void layer_backward(const F32Tensors& t, int64_t l, float* dx, const WantsGrad& wants,
                       const MatrixGrad& grad);
   void attention_backward(const Saved& s, const float* datt, float* dq, float* dk, float* dv);
-  // fn(begin, end) over [0, n), on the pool when there is one; `per_thread` slices each even
-  // out rows of unequal cost.
+  // dx += a norm's backward of dy over all rows; its weight's gradient to grad() when wanted.
   void norm_backward(const WantsGrad& wants, const MatrixGrad& grad, TensorRole role, int64_t layer,
                      const float* x, const float* w, int64_t rows, int64_t d, const float* dy,
                      float* dx) const;
+  // fn(begin, end) over [0, n), on the pool when there is one; `per_thread` slices each even
+  // out rows of unequal cost.
   void parallel(int64_t n, const std::function<void(int64_t, int64_t)>& fn,
                 int per_thread = 1) const;
 
@@ -66,8 +67,8 @@ class F32Backprop {
   ThreadPool* pool_ = nullptr;
   // Kept between steps: a step's buffers are the same size every time, and fresh pages of a
   // new allocation cost the kernel's zeroing.
-  std::vector<float> dh_, dx_, dtable_, dact_, g_, dhl_, datt_, dq_, dk_, dv_, scratch_, cs_, sn_,
-      lin_, dlin_, p_, dp_;
+  std::vector<float> dh_, dx_, dtable_, dact_, g_, datt_, dq_, dk_, dv_, scratch_, cs_, sn_, lin_,
+      dlin_, p_, dp_;
 };
 
 }  // namespace tq
