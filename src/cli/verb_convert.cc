@@ -58,13 +58,14 @@ struct ConvertArgs {
   std::string r1, r2, fold_dtype = "f32";  // r1 "": hadamard, or the preset's choice
   uint64_t seed = 0;
   std::optional<int64_t> distill;  // --distill steps (0: off)
+  int64_t distill_seq_len = kDistillSeqLen;
 };
 
 std::atomic<bool> g_interrupted{false};
 
-// --preset best's --distill: a new calibration row per step; 80 keeps the 3.5-bpw SmolLM2 preset
-// within 20 minutes on 2 cores (bench/README.md, "Distilled scales and biases").
-constexpr int64_t kPresetDistillSteps = 80;
+// --preset best's --distill: a new 256-token calibration row per step; 160 keeps the 3.5-bpw
+// SmolLM2 preset within 20 minutes on 2 cores (bench/README.md, "Distilled scales and biases").
+constexpr int64_t kPresetDistillSteps = 160;
 
 extern "C" void on_signal(int) { g_interrupted.store(true); }
 
@@ -102,6 +103,7 @@ nlohmann::json options_record(const ConvertArgs& a) {
   if (!a.gptq.recovery.empty()) o["gptq_recovery"] = a.gptq.recovery;
   if (a.gptq.tied_head >= 0.0) o["gptq_tied_head"] = a.gptq.tied_head;
   if (a.distill) o["distill"] = *a.distill;
+  if (a.distill.value_or(0) > 0) o["distill_seq_len"] = a.distill_seq_len;
   return o;
 }
 
@@ -251,8 +253,9 @@ Result<double> distill_converted(const std::string& source, const std::string& u
   DistillOptions d;
   d.steps = *a.distill;
   d.cancel = &g_interrupted;
-  // The same corpus and seed as GPTQ's rows (its rows come first), a new row for every step.
+  // GPTQ's corpus and seed, cut into distillation rows: a new row for every step.
   CalibOptions co = calib_options(a.gptq);
+  co.seq_len = a.distill_seq_len;
   co.tokens = distill_calib_tokens(d, co.seq_len);
   TQ_TRY(CalibSet calib, build_calib_set(tok, co));
   std::fprintf(stderr, "tq convert: distill %lld steps of %lld rows on %lld calibration rows\n",
@@ -328,6 +331,8 @@ Status run_convert_verb(const ConvertArgs& args) {
   const int64_t distill_steps = a.distill.value_or(0);
   if (distill_steps < 0)
     return err("--distill {}: expected a number of steps, 0 or more", distill_steps);
+  if (distill_steps > 0 && a.distill_seq_len < 2)
+    return err("--distill-seq-len {}: expected 2 tokens or more", a.distill_seq_len);
   if (distill_steps > 0 && a.no_quantize)
     return err("--distill trains quantized scales and biases; drop --no-quantize");
   if (distill_steps > 0 && world().size() > 1)
@@ -564,13 +569,15 @@ const bool kRegistered = register_verb({
                      "squared error; with --gptq weighted by the Hessian) (default minmax)")
           ->check(CLI::IsMember({"minmax", "search"}));
       app.add_option("--preset", a->preset,
-                     "best: --rotate-weights --gptq --grid search --grid-refit on --distill 80 "
+                     "best: --rotate-weights --gptq --grid search --grid-refit on --distill 160 "
                      "(with --target-bpw/--target-size or --bits; docs/GPTQ.md)")
           ->check(CLI::IsMember({"best"}));
       add_gptq_flags(app, &a->gptq);
       app.add_option("--distill", a->distill,
                      "after quantizing, train the affine scales and biases N steps against the "
                      "source on the --calib text (tq distill; docs/DISTILL.md); 0 = off (default)");
+      app.add_option("--distill-seq-len", a->distill_seq_len,
+                     "tokens per distillation row, each step a new row (default 256)");
       app.add_option("--channel-scale", a->channel_scale,
                      "on: scale input channels by activation size (folded exactly into the norms "
                      "and up_proj) before quantizing, measured on the --calib text; off (default; "

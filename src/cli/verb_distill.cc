@@ -27,6 +27,7 @@ struct DistillArgs {
   std::string schedule = "cosine";
   std::string train_norms = "off";
   CLI::Option* calib_tokens = nullptr;  // given or not
+  DistillArgs() { calib.calib_seq_len = kDistillSeqLen; }
 };
 
 std::string mmss(double s) {
@@ -123,7 +124,7 @@ const bool kRegistered = register_verb(
            "--calib-tokens", a->calib.calib_tokens,
            "calibration tokens (default: a new row for every step, and the held-out rows)");
        app.add_option("--calib-seq-len", a->calib.calib_seq_len,
-                      "tokens per calibration row (default 512)");
+                      "tokens per calibration row (default 256)");
        app.add_option("--calib-seed", a->calib.calib_seed, "row shuffle seed (default 123)");
        app.add_option("--schedule", a->schedule,
                       "cosine: warm up over the first tenth of the steps, then decay to zero; "

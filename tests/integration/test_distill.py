@@ -137,14 +137,15 @@ def test_convert_distill_publishes_the_distilled_artifact_only(tq_bin, model, tm
     out = tmp_path / "cd"
     calib = ["--calib", str(sotu[0]), "--calib-tokens", "2048", "--calib-seq-len", "128"]
     r = subprocess.run([tq_bin, "convert", str(src), "-o", str(out), "--bits", "2", "--group-size",
-                        "32", "--no-timings", "--distill", "12", *calib], capture_output=True,
+                        "32", "--no-timings", "--distill", "12", "--distill-seq-len", "128", *calib], capture_output=True,
                        text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "distill step 12/12" in r.stderr and "held-out KL" in r.stderr, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cd", "q2", "src"]
     meta = json.loads((out / "tq_metadata.json").read_text())
     assert meta["distill"]["steps"] == 12 and "seconds" not in meta["distill"]
-    assert meta["options"]["distill"] == 12
+    assert meta["options"]["distill"] == 12 and meta["options"]["distill_seq_len"] == 128
+    assert meta["distill"]["calib"]["seq_len"] == 128
     a, b = raw_tensors(out / "model.safetensors"), raw_tensors(q / "model.safetensors")
     assert a.keys() == b.keys()
     # Scales move by fractions of a percent: most tensors have some group across a bf16 step.
@@ -154,4 +155,9 @@ def test_convert_distill_publishes_the_distilled_artifact_only(tq_bin, model, tm
     bad = subprocess.run([tq_bin, "convert", str(src), "-o", str(tmp_path / "bad"),
                           "--no-quantize", "--distill", "2"], capture_output=True, text=True)
     assert bad.returncode != 0 and "--distill trains quantized" in bad.stderr, bad.stderr
+    assert not (tmp_path / "bad").exists()
+    bad = subprocess.run([tq_bin, "convert", str(src), "-o", str(tmp_path / "bad"), "--bits", "2",
+                          "--distill", "2", "--distill-seq-len", "1"], capture_output=True,
+                         text=True)
+    assert bad.returncode != 0 and "--distill-seq-len 1" in bad.stderr, bad.stderr
     assert not (tmp_path / "bad").exists()
