@@ -157,7 +157,7 @@ def test_preset_best_composes_allocation_rotation_and_gptq(tq_bin, model, tmp_pa
     for name, flags in [("preset", ["--preset", "best"]),
                         ("explicit", ["--rotate-weights", "--r1", "none", "--gptq", "--grid",
                                       "search", "--grid-refit", "on", "--gptq-tied-head",
-                                      "0.1", "--distill", "80"])]:
+                                      "0.1", "--distill", "160", "--distill-seq-len", "256"])]:
         out = tmp_path / name
         cmd = [tq_bin, "convert", str(src), "-o", str(out), "--target-bpw", "3.6", "--sensitivity",
                str(table), *flags, *[a for c in calib for a in ("--calib", str(c))],
@@ -168,7 +168,7 @@ def test_preset_best_composes_allocation_rotation_and_gptq(tq_bin, model, tmp_pa
         outs[name] = out
     meta = json.loads((outs["preset"] / "tq_metadata.json").read_text())
     assert meta["options"]["preset"] == "best"
-    assert meta["distill"]["steps"] == 80
+    assert meta["distill"]["steps"] == 160 and meta["distill"]["calib"]["seq_len"] == 256
     assert meta["distill"]["holdout_kl_after"] < meta["distill"]["holdout_kl_before"]
     assert meta["transforms"] and meta["quantizer"]["method"] == "gptq"
     assert meta["quantizer"]["options"]["grid"] == "search"
