@@ -137,8 +137,8 @@ def test_convert_distill_publishes_the_distilled_artifact_only(tq_bin, model, tm
     out = tmp_path / "cd"
     calib = ["--calib", str(sotu[0]), "--calib-tokens", "2048", "--calib-seq-len", "128"]
     r = subprocess.run([tq_bin, "convert", str(src), "-o", str(out), "--bits", "2", "--group-size",
-                        "32", "--no-timings", "--distill", "12", "--distill-seq-len", "128", *calib], capture_output=True,
-                       text=True, timeout=600)
+                        "32", "--no-timings", "--distill", "12", "--distill-seq-len", "128",
+                        *calib], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     assert "distill step 12/12" in r.stderr and "held-out KL" in r.stderr, r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cd", "q2", "src"]
