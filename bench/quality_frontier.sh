@@ -86,8 +86,8 @@ for t in $TARGETS; do
       --hf-path "$SRC" --mlx-path "$OUT/mlx-rtn-b$b-g$g" -q --q-bits "$b" --q-group-size "$g" \
       --dtype bfloat16
   fi
-  if has dynamic && [[ $t != 3.0 ]]; then
-    case "$t" in 3.5) lh="2 4" ;; *) lh="3 5" ;; esac
+  if has dynamic; then
+    case "$t" in 3.0 | 3.5) lh="2 4" ;; *) lh="3 5" ;; esac
     # shellcheck disable=SC2086
     peer "mlx_lm.dynamic_quant $t (${lh/ /\/}, $DQ_ROWS rows)" "$OUT/mlx-dynamic-$t" "$PY" \
       "$TQ_ROOT/bench/mlx_dynamic_side.py" "$SRC" "$OUT/mlx-dynamic-$t" "$t" $lh "$SOTU" "$DQ_ROWS"
