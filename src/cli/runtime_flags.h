@@ -75,19 +75,21 @@ inline void add_runtime_flags(CLI::App& app, RuntimeOptions* o) {
          [o](const std::string& v) {
            o->prepack = v == "auto"             ? Prepack::kAuto
                         : v == "on" || v == "1" ? Prepack::kOn
+                        : v == "4bit"           ? Prepack::kFourBit
                                                 : Prepack::kOff;
          },
          "fast runtime: 2/3/4-bit codes repacked at load for the AVX-512 VNNI lanes kernel, which "
-         "then runs every batch size (auto: where the weights fit the last-level cache; tq serve: "
-         "always)")
+         "then runs every batch size (auto: all where the weights fit the last-level cache, else "
+         "the 4-bit ones on AMD CPUs; 4bit: the 4-bit ones only; tq serve: always)")
       ->envname("TQ_PREPACK")
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {
-            return v == "auto" || v == "on" || v == "off" || v == "1" || v == "0"
+            return v == "auto" || v == "on" || v == "off" || v == "4bit" || v == "1" || v == "0"
                        ? ""
-                       : "auto, on, off, 1 or 0 is needed (flag or TQ_PREPACK), not '" + v + "'";
+                       : "auto, on, off, 4bit, 1 or 0 is needed (flag or TQ_PREPACK), not '" + v +
+                             "'";
           },
-          "auto|on|off"))
+          "auto|on|off|4bit"))
       ->default_str("auto");
 }
 

@@ -23,6 +23,7 @@
 #include "io/checkpoint_dir.h"
 #include "kernels/amx_matmul.h"
 #include "kernels/attention.h"
+#include "kernels/cpu_info.h"
 #include "kernels/gated_delta.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
@@ -190,14 +191,15 @@ class FastRuntime final : public Runtime {
                  int64_t n, int64_t p0, bool blas, bool prefill, float* att) const;
   // Every product's matrix whose codes the lanes kernel takes gets them prepacked; the mapped
   // originals' pages are handed back (the f32 path and embedding rows fault them in again).
-  void prepack_products();
+  // only_bits > 0: only the affine matrices of that width.
+  void prepack_products(int only_bits = 0);
   template <typename F>
   void split_rows(std::initializer_list<MatJob> jobs, int64_t n, int64_t align, int per_thread,
                   F&& product) const;
   mutable std::vector<float> dense;  // a strip of rows decoded for the prefill GEMM
 };
 
-void FastRuntime::prepack_products() {
+void FastRuntime::prepack_products(int only_bits) {
   // Re-encoded GGUF codes are freed once prepacked where nothing can read them again: path()
   // never picks AMX or OpenBLAS (which read the originals; OpenBLAS takes a whole job, so one
   // float matrix beside a prepacked one in q/k/v would send it there), and with rows in whole
@@ -219,6 +221,7 @@ void FastRuntime::prepack_products() {
   for (const ProductRows& p : products)
     for (int j = 0; j < p.count; ++j) {
       auto& w = const_cast<PackedMatrix&>(*p.w[static_cast<size_t>(j)]);
+      if (only_bits > 0 && (w.format != WeightFormat::kAffine || w.bits != only_bits)) continue;
       std::vector<uint8_t> lanes = pack_lanes(w);
       if (lanes.empty()) continue;
       use_lanes(w, owned_lanes.emplace_back(std::move(lanes)));
@@ -612,7 +615,12 @@ Result<std::unique_ptr<Runtime>> load_fast_runtime(const ModelSource& src,
     }
   const bool fits = packed < static_cast<uint64_t>(llc > 0 ? llc : 32 << 20);
   const bool pre = opts.prepack == Prepack::kOn || (opts.prepack == Prepack::kAuto && fits);
-  if (pre && opts.activations != ActPath::kF32) m.prepack_products();
+  // From DRAM the lanes decode faster on AMD EPYC, slower on an Intel Xeon (bench/README.md);
+  // a 2/3-bit code takes a nibble there, more bytes than its own kernel reads: 4-bit ones only.
+  const bool pre4 =
+      !pre && (opts.prepack == Prepack::kFourBit ||
+               (opts.prepack == Prepack::kAuto && cpu_info().vendor == "AuthenticAMD"));
+  if ((pre || pre4) && opts.activations != ActPath::kF32) m.prepack_products(pre ? 0 : 4);
   if (opts.read_ahead > 0) {
     m.read_ahead =
         std::make_unique<ReadAhead>(*m.pool, m.q8_align, m.slices_per_thread, opts.read_ahead);

@@ -42,7 +42,8 @@ struct KvCache {
   }
 };
 
-enum class Prepack : uint8_t { kAuto, kOn, kOff };
+// kFourBit: only the 4-bit affine matrices, whose lanes take no more bytes than their codes.
+enum class Prepack : uint8_t { kAuto, kOn, kOff, kFourBit };
 
 // Fast runtime: the element type of the KV cache. f16 halves the bytes decode attention reads.
 enum class KvType : uint8_t { kF16, kF32 };
@@ -84,8 +85,9 @@ struct RuntimeOptions {
   bool amx = true;
   // Fast runtime: 2/3/4-bit codes prepacked at load for the lanes kernel (kernels/packed_matmul.h
   // pack_lanes), which then takes every batch size: decode, a server's batched rows and
-  // prefill chunks on one kernel and one pass over the weights. kAuto: where the weights fit
-  // the last-level cache (one stream decodes faster there on the lanes, from DRAM 15-20%
+  // prefill chunks on one kernel and one pass over the weights. kAuto: all where the weights
+  // fit the last-level cache (one stream decodes faster there on the lanes); from DRAM the
+  // 4-bit ones on AMD (faster there) and none elsewhere (an Intel Xeon's lanes were 15-20%
   // slower); in tq serve always on (its batched steps).
   Prepack prepack = Prepack::kAuto;
   // Fast runtime: a sequence's logits do not depend on what else shares its forward_batch call

@@ -463,6 +463,36 @@ TEST_P(TinyForward, BatchInvariantDecodeIsBitIdenticalToAlone) {
   }
 }
 
+// --prepack 4bit (auto's choice from DRAM on AMD CPUs): the 4-bit attention matrices take the
+// lanes, the 3-bit MLP keeps its own kernels, and the logits are the unprepacked runtime's.
+TEST_P(TinyForward, FourBitPrepackOfAMixedModelEqualsUnpacked) {
+  testing::TempDir dir;
+  auto src = open_model(write_tiny_q4_model(dir, GetParam(), /*mlp_bits=*/3));
+  ASSERT_TRUE(src.ok()) << src.error().message;
+  auto off = Transformer::load(*src, RuntimeOptions{.threads = 2, .prepack = Prepack::kOff});
+  auto four = Transformer::load(*src, RuntimeOptions{.threads = 2, .prepack = Prepack::kFourBit});
+  auto on = Transformer::load(*src, RuntimeOptions{.threads = 2, .prepack = Prepack::kOn});
+  ASSERT_TRUE(off.ok() && four.ok() && on.ok());
+  // Where the lanes kernel exists (AVX-512 VNNI/VBMI) both prepacking runtimes say so.
+  EXPECT_EQ(testing::contains((*four)->runtime_name(), "prepacked"),
+            testing::contains((*on)->runtime_name(), "prepacked"));
+  EXPECT_FALSE(testing::contains((*off)->runtime_name(), "prepacked"));
+  const int64_t V = (*off)->config().vocab_size;
+  std::vector<int32_t> prompt(40);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 31 + 5) % V);
+  KvCache ca = (*off)->new_cache(64), cb = (*four)->new_cache(64);
+  std::vector<float> want(prompt.size() * V), got(want.size());
+  ASSERT_TRUE((*off)->forward(prompt, ca, want).ok());
+  ASSERT_TRUE((*four)->forward(prompt, cb, got).ok());
+  EXPECT_LT(max_abs_diff(want, got) / max_abs(want), 1e-4) << "prefill";
+  for (int32_t tok : {3, 9, 27}) {
+    std::vector<float> a(V), b(V);
+    ASSERT_TRUE((*off)->forward(std::span(&tok, 1), ca, a, false).ok());
+    ASSERT_TRUE((*four)->forward(std::span(&tok, 1), cb, b, false).ok());
+    EXPECT_LT(max_abs_diff(a, b) / max_abs(a), 1e-4) << "decode of " << tok;
+  }
+}
+
 // per_token: a call over several tokens gives each row the bits of feeding the tokens one call
 // at a time (speculative checks rely on it), alone or beside other sequences, on both caches.
 TEST_P(TinyForward, PerTokenCallIsBitIdenticalToOneAtATime) {

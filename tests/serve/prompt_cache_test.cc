@@ -77,6 +77,12 @@ TEST(PromptCacheFingerprint, TheServersArithmeticIsPrepackedUnlessTurnedOff) {
   // Blocks of the default server, of --prepack on and of --prepack off: two arithmetics.
   EXPECT_EQ(prompt_cache_runtime(o), prompt_cache_runtime(on));
   EXPECT_NE(prompt_cache_runtime(o), prompt_cache_runtime(off));
+  // --prepack 4bit: a third arithmetic (4-bit matrices on the lanes, the others not).
+  RuntimeOptions four = o;
+  four.prepack = Prepack::kFourBit;
+  EXPECT_EQ(server_runtime(four).prepack, Prepack::kFourBit);
+  EXPECT_NE(prompt_cache_runtime(four), prompt_cache_runtime(on));
+  EXPECT_NE(prompt_cache_runtime(four), prompt_cache_runtime(off));
 }
 
 TEST(PromptCacheChain, UsableBlocksLeaveATokenToCompute) {

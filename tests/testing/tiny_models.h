@@ -76,8 +76,10 @@ inline nlohmann::json tiny_json(const std::string& type) {
   return j;
 }
 
-// A 4-bit g64 MLX checkpoint of a tiny `type` model (linear layers quantized, the embedding f32).
-inline std::string write_tiny_q4_model(const TempDir& dir, const std::string& type) {
+// A 4-bit g64 MLX checkpoint of a tiny `type` model (linear layers quantized, the embedding f32);
+// mlp_bits != 4 gives the MLP's matrices that width (per-module entries, as mlx-lm writes them).
+inline std::string write_tiny_q4_model(const TempDir& dir, const std::string& type,
+                                       int mlp_bits = 4) {
   nlohmann::json j = tiny_json(type);
   j["hidden_size"] = 64, j["intermediate_size"] = 128, j["num_attention_heads"] = 4;
   j["head_dim"] = 16, j["quantization"] = {{"group_size", 64}, {"bits", 4}};
@@ -99,10 +101,14 @@ inline std::string write_tiny_q4_model(const TempDir& dir, const std::string& ty
       continue;
     }
     std::vector<uint8_t> q, sc, b;
-    EXPECT_TRUE(
-        quantize_mlx(QuantSpec{}, s.shape[0], s.shape[1], v, DType::kF32, &q, &sc, &b).ok());
     const std::string p = s.name.substr(0, s.name.size() - 7);
-    outs.push_back({{s.name, DType::kU32, {s.shape[0], s.shape[1] / 8}}, q});
+    QuantSpec spec;
+    if (mlp_bits != 4 && p.find(".mlp.") != std::string::npos) {
+      spec.bits = mlp_bits;
+      j["quantization"][p] = {{"group_size", 64}, {"bits", mlp_bits}};
+    }
+    EXPECT_TRUE(quantize_mlx(spec, s.shape[0], s.shape[1], v, DType::kF32, &q, &sc, &b).ok());
+    outs.push_back({{s.name, DType::kU32, {s.shape[0], s.shape[1] * spec.bits / 32}}, q});
     outs.push_back({{p + ".scales", DType::kF32, {s.shape[0], s.shape[1] / 64}}, sc});
     outs.push_back({{p + ".biases", DType::kF32, {s.shape[0], s.shape[1] / 64}}, b});
   }
