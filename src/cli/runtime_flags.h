@@ -80,7 +80,7 @@ inline void add_runtime_flags(CLI::App& app, RuntimeOptions* o) {
          },
          "fast runtime: 2/3/4-bit codes repacked at load for the AVX-512 VNNI lanes kernel, which "
          "then runs every batch size (auto: all where the weights fit the last-level cache, else "
-         "the 4-bit ones on AMD CPUs; 4bit: the 4-bit ones only; tq serve: always)")
+         "an MLX directory's 4-bit ones on AMD CPUs; 4bit: the 4-bit ones only; tq serve: always)")
       ->envname("TQ_PREPACK")
       ->check(CLI::Validator(
           [](std::string& v) -> std::string {

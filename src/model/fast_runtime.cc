@@ -616,10 +616,12 @@ Result<std::unique_ptr<Runtime>> load_fast_runtime(const ModelSource& src,
   const bool fits = packed < static_cast<uint64_t>(llc > 0 ? llc : 32 << 20);
   const bool pre = opts.prepack == Prepack::kOn || (opts.prepack == Prepack::kAuto && fits);
   // From DRAM the lanes decode faster on AMD EPYC, slower on an Intel Xeon (bench/README.md);
-  // a 2/3-bit code takes a nibble there, more bytes than its own kernel reads: 4-bit ones only.
+  // a 2/3-bit code takes a nibble there, more bytes than its own kernel reads: 4-bit ones only,
+  // of mapped files (whose pages are handed back; a GGUF's re-encoded codes may stay beside them).
   const bool pre4 =
-      !pre && (opts.prepack == Prepack::kFourBit ||
-               (opts.prepack == Prepack::kAuto && cpu_info().vendor == "AuthenticAMD"));
+      !pre &&
+      (opts.prepack == Prepack::kFourBit ||
+       (opts.prepack == Prepack::kAuto && m.dir != nullptr && cpu_info().vendor == "AuthenticAMD"));
   if ((pre || pre4) && opts.activations != ActPath::kF32) m.prepack_products(pre ? 0 : 4);
   if (opts.read_ahead > 0) {
     m.read_ahead =

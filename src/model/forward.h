@@ -87,8 +87,8 @@ struct RuntimeOptions {
   // pack_lanes), which then takes every batch size: decode, a server's batched rows and
   // prefill chunks on one kernel and one pass over the weights. kAuto: all where the weights
   // fit the last-level cache (one stream decodes faster there on the lanes); from DRAM the
-  // 4-bit ones on AMD (faster there) and none elsewhere (an Intel Xeon's lanes were 15-20%
-  // slower); in tq serve always on (its batched steps).
+  // 4-bit ones of an MLX directory on AMD (faster there) and none elsewhere (an Intel Xeon's
+  // lanes were 15-20% slower; a GGUF's codes may be kept twice); in tq serve always on.
   Prepack prepack = Prepack::kAuto;
   // Fast runtime: a sequence's logits do not depend on what else shares its forward_batch call
   // (a server's promise): one-token sequences take the per-token kernels and longer ones the

@@ -86,12 +86,13 @@ RuntimeOptions server_runtime(RuntimeOptions o) {
 }
 
 std::string prompt_cache_runtime(const RuntimeOptions& o) {
+  const Prepack p = server_runtime(o).prepack;
   return fmt::format("isa={} act={} kv={} prepack={}", packed_kernel_isa(),
                      o.activations == ActPath::kF32 ? "f32" : "int8",
                      o.kv_cache == KvType::kF16 ? "f16" : "f32",
-                     server_runtime(o).prepack == Prepack::kOn        ? "on"
-                     : server_runtime(o).prepack == Prepack::kFourBit ? "4bit"
-                                                                      : "off");
+                     p == Prepack::kOn        ? "on"
+                     : p == Prepack::kFourBit ? "4bit"
+                                              : "off");
 }
 
 Result<Digest> prompt_cache_fingerprint(const std::string& model_path, const std::string& runtime) {
